@@ -1,0 +1,44 @@
+# The README's commands. Everything runs from a virtualenv in .venv that these targets create.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: run test lint pytest bench report clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test,spark,bench,deploy]'
+	touch $@ $(RUN_STAMP)
+
+## make run: start every service on embedded defaults (state in ./var); Ctrl-C stops all
+run: $(RUN_STAMP)
+	$(PY) scripts/run_suite.py
+
+## make test: lint with ruff, then the whole pytest suite (unit, integration, interop)
+test: $(TEST_STAMP) lint pytest
+
+lint: $(TEST_STAMP)
+	$(VENV)/bin/ruff check .
+
+pytest: $(TEST_STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## make bench: every side-by-side benchmark against the reference servers
+bench: $(TEST_STAMP)
+	for b in bench/*.py; do $(PY) $$b || exit 1; done
+
+## make report: the Spark report over the logs that `make run` wrote
+report: $(TEST_STAMP)
+	SPARK_LOCAL_IP=127.0.0.1 $(VENV)/bin/burrow-report --logs 'var/logs/*.jsonl' --out var/report
+
+clean:
+	rm -rf $(VENV) var build *.egg-info .pytest_cache .ruff_cache

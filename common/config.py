@@ -1,0 +1,114 @@
+"""Config helpers: one frozen dataclass per service, every field a CLI flag and an env variable.
+
+A field is declared with `setting(default, help, unit=...)`. `load_config(Cls, "mailbox", argv)`
+builds an argparse parser whose flags are the field names (`max_message_bytes` -> `--max-message-bytes`);
+each flag also reads `BURROW_MAILBOX_MAX_MESSAGE_BYTES`. Precedence: flag > environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class ConfigError(ValueError):
+    """A flag or environment variable has a value we cannot use."""
+
+
+def setting(default: Any, help: str, unit: str | None = None) -> Any:
+    """Declare a config field with its help text and unit (shown in --help)."""
+    return dataclasses.field(default=default, metadata={"help": help, "unit": unit})
+
+
+def env_name(service: str, field_name: str) -> str:
+    return f"BURROW_{service.upper()}_{field_name.upper()}"
+
+
+def _base_type(annotation: Any) -> tuple[type, bool]:
+    """Return (scalar type, optional?) for `int`, `str | None`, `Optional[float]`..."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0], True
+    return annotation, False
+
+
+def _convert(kind: type, raw: str, where: str) -> Any:
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(f"{where}: expected a boolean (true/false), got {raw!r}")
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {raw!r}") from exc
+
+
+def build_parser(cls: type, service: str, description: str = "") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"burrow-{service}",
+        description=description or cls.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind, _optional = _base_type(hints[f.name])
+        unit = f.metadata.get("unit")
+        text = f.metadata.get("help", "")
+        text += f" [{unit}]" if unit else ""
+        text += f" (env {env_name(service, f.name)})"
+        flag = "--" + f.name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=None, help=text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(),
+                                help=text + f" default: {f.default!r}")
+    return parser
+
+
+def load_config(cls: type[T], service: str, argv: Sequence[str] | None = None,
+                environ: Mapping[str, str] | None = None, description: str = "") -> T:
+    """Parse flags and environment into the frozen dataclass `cls`."""
+    environ = os.environ if environ is None else environ
+    parser = build_parser(cls, service, description)
+    args = parser.parse_args(argv)
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        kind, optional = _base_type(hints[f.name])
+        raw = getattr(args, f.name)
+        where = "--" + f.name.replace("_", "-")
+        if raw is None and env_name(service, f.name) in environ:
+            raw = environ[env_name(service, f.name)]
+            where = env_name(service, f.name)
+        if raw is None:
+            continue
+        if isinstance(raw, str) and optional and raw == "" and kind is not str:
+            values[f.name] = None
+        elif isinstance(raw, bool):
+            values[f.name] = raw
+        else:
+            values[f.name] = _convert(kind, raw, where)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
+
+
+def describe(config: Any) -> str:
+    """One line per field, for start-up logs."""
+    return "\n".join(f"  {f.name} = {getattr(config, f.name)!r}" for f in dataclasses.fields(config))
