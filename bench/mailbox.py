@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: Burrow's mailbox server vs magic-wormhole-mailbox-server 0.8.0.
+
+Both servers run as subprocesses on 127.0.0.1 with their SQLite database on disk (a temp dir). In each
+case N client pairs run the full wormhole client flow (bind, allocate, claim, open, add, receive,
+release, close) until `--pairs` pairs or `--seconds` have passed. Saturating cases start the next step
+as soon as the reply arrives (closed loop: this measures capacity, and latency there is queueing);
+paced cases wait `--think-ms` before each client step, as real clients do (typing a code, PAKE math),
+which shows latency at a given number of concurrent pairs. We report pairs/s, p50/p99 add-to-delivery
+latency, server CPU per pair (psutil on the server process) and server RSS per idle bound connection.
+
+    python bench/mailbox.py [--concurrency 50,200] [--paced 200] [--think-ms 200] [--pairs 600]
+                            [--seconds 6] [--idle 1000] [--procs 1] [--only burrow|reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mailbox_load import hold_idle, load  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("server did not start")
+
+
+def start_ours(tmp: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "mailbox_server", "--host", "127.0.0.1", "--port", str(port),
+           "--db", os.path.join(tmp, "burrow.sqlite"), "--admin-port", "-1",
+           "--max-connections-per-ip", "0", "--max-connections", "0", "--messages-per-second", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc)
+    return proc, port
+
+
+def start_reference(tmp: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    cmd = [str(BIN / "twist"), "wormhole-mailbox", f"--port=tcp:{port}:interface=127.0.0.1",
+           f"--channel-db={os.path.join(tmp, 'reference.sqlite')}"]
+    proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc)
+    return proc, port
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def cpu(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def _load_in_process(port: int, n: int, pairs: int, seconds: float, think: float) -> dict:
+    return asyncio.run(load("127.0.0.1", port, n, pairs, seconds, think))
+
+
+def parallel_load(pool: ProcessPoolExecutor, procs: int, port: int, n: int, pairs: int, seconds: float,
+                  think: float) -> dict:
+    """Split N concurrent pairs over `procs` generator processes."""
+    shares = [(n // procs + (i < n % procs), pairs // procs + (i < pairs % procs)) for i in range(procs)]
+    futures = [pool.submit(_load_in_process, port, c, p, seconds, think) for c, p in shares if c]
+    parts = [f.result() for f in futures]
+    return {"pairs": sum(p["pairs"] for p in parts), "failed": sum(p["failed"] for p in parts),
+            "seconds": max(p["seconds"] for p in parts), "latencies": [x for p in parts for x in p["latencies"]]}
+
+
+def cases(args: argparse.Namespace) -> list[tuple[str, int, float]]:
+    """(label, concurrent pairs, think seconds): saturating cases, then paced ones."""
+    out = [(f"{n} pairs, saturating", n, 0.0) for n in args.levels]
+    out += [(f"{n} pairs, paced ({args.think_ms:g} ms think)", n, args.think_ms / 1000) for n in args.paced]
+    return out
+
+
+async def measure(proc: subprocess.Popen, port: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    ps = psutil.Process(proc.pid)
+    results: dict[str, dict[str, float]] = {}
+    loop = asyncio.get_running_loop()
+    procs = args.procs
+    with ProcessPoolExecutor(procs) as pool:
+        await loop.run_in_executor(None, parallel_load, pool, procs, port, procs * 2, procs * 4, 5, 0.0)  # warm-up
+        for label, n, think in cases(args):
+            c0 = cpu(ps)
+            r = await loop.run_in_executor(None, parallel_load, pool, procs, port, n, args.pairs, args.seconds,
+                                           think)
+            used = cpu(ps) - c0
+            done = max(1, r["pairs"])
+            results[label] = {"pairs": r["pairs"], "failed": r["failed"], "pairs_s": r["pairs"] / r["seconds"],
+                              "p50_ms": pct(r["latencies"], 0.50) * 1000,
+                              "p99_ms": pct(r["latencies"], 0.99) * 1000,
+                              "cpu_ms_pair": used / done * 1000}
+            await asyncio.sleep(0.5)
+    rss0 = ps.memory_info().rss
+    conns = await hold_idle("127.0.0.1", port, args.idle)
+    await asyncio.sleep(1.0)
+    rss1 = ps.memory_info().rss
+    for ws in conns:
+        ws.close()
+    results["idle"] = {"kib_per_conn": (rss1 - rss0) / args.idle / 1024}
+    return results
+
+
+def run(which: str, args: argparse.Namespace, tmp: str) -> dict[str, dict[str, float]]:
+    proc, port = start_ours(tmp) if which == "burrow" else start_reference(tmp)
+    try:
+        return asyncio.run(measure(proc, port, args))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def table(ours: dict, ref: dict, args: argparse.Namespace) -> str:
+    rows = ["| case | metric | burrow | reference 0.8.0 | ratio |", "|---|---|---:|---:|---:|"]
+
+    def row(case: str, name: str, a: float, b: float, better_high: bool, fmt: str = "{:.1f}") -> None:
+        ratio = (a / b if better_high else b / a) if a and b else float("nan")
+        rows.append(f"| {case} | {name} | {fmt.format(a)} | {fmt.format(b)} | {ratio:.1f}x |")
+
+    for label, _, _ in cases(args):
+        o, r = ours[label], ref[label]
+        row(label, "pairs/s", o["pairs_s"], r["pairs_s"], True)
+        row(label, "p50 add-to-delivery (ms)", o["p50_ms"], r["p50_ms"], False, "{:.1f}")
+        row(label, "p99 add-to-delivery (ms)", o["p99_ms"], r["p99_ms"], False, "{:.1f}")
+        row(label, "server CPU per pair (ms)", o["cpu_ms_pair"], r["cpu_ms_pair"], False, "{:.2f}")
+    row(f"{args.idle} idle bound connections", "server RSS per connection (KiB)", ours["idle"]["kib_per_conn"],
+        ref["idle"]["kib_per_conn"], False)
+    done = "; ".join(f"{label}: {ours[label]['pairs']:.0f} vs {ref[label]['pairs']:.0f} pairs "
+                     f"({ours[label]['failed']:.0f}/{ref[label]['failed']:.0f} failed)" for label, _, _ in cases(args))
+    return ("\n".join(rows) + "\n\nRatio: ours/reference for pairs/s, reference/ours for the others "
+            f"(higher is better for Burrow). Completed: {done}.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--concurrency", default="50,200", help="comma-separated concurrent pairs per case")
+    ap.add_argument("--pairs", type=int, default=600, help="at most this many pairs per case")
+    ap.add_argument("--seconds", type=float, default=6.0, help="stop starting new pairs after this long")
+    ap.add_argument("--idle", type=int, default=1000, help="idle connections for the RSS measurement")
+    ap.add_argument("--paced", default="200", help="comma-separated concurrent pairs for paced cases ('' = none)")
+    ap.add_argument("--think-ms", type=float, default=200.0, help="client think time per step in paced cases")
+    ap.add_argument("--procs", type=int, default=1, help="load-generator processes")
+    ap.add_argument("--only", choices=["burrow", "reference"], help="run one side only")
+    args = ap.parse_args()
+    args.levels = [int(x) for x in args.concurrency.split(",") if x]
+    args.paced = [int(x) for x in args.paced.split(",") if x]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    with tempfile.TemporaryDirectory(prefix="mailbox-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
+        sides = [args.only] if args.only else ["burrow", "reference"]
+        res = {s: run(s, args, tmp) for s in sides}
+    for s, r in res.items():
+        print(s, {k: {kk: round(vv, 2) for kk, vv in v.items()} for k, v in r.items()})
+    if len(res) == 2:
+        print()
+        print(table(res["burrow"], res["reference"], args))
+
+
+if __name__ == "__main__":
+    main()

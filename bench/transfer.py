@@ -1,0 +1,152 @@
+"""Benchmark: a large file over loopback, burrow -> burrow vs magic-wormhole -> magic-wormhole.
+
+Runs the reference mailbox + transit relay (or ours with --servers burrow) on 127.0.0.1, then for each
+client pair and mode (direct; relay forced with --no-listen on both sides) sends one file and measures:
+  * MB/s: file size / (time the receiver's output reached full size - time its first byte appeared),
+    sampled every POLL seconds from the receiving directory (the same method for both clients);
+  * CPU seconds (user+sys) of the sender and receiver processes (from wait4 rusage, startup included).
+Prints a Markdown table with the burrow / magic-wormhole ratios.
+
+Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.client.servers import VENV_BIN, start_servers  # noqa: E402
+
+POLL = 0.01  # seconds between size samples
+CASE_TIMEOUT = 300.0  # seconds per transfer before we give up
+CHUNK = 1024 * 1024
+
+
+def make_file(path: Path, size: int) -> None:
+    """Incompressible-looking data without spending seconds in os.urandom: 64 random MiB blocks reused."""
+    blocks = [os.urandom(CHUNK) for _ in range(64)]
+    with open(path, "wb") as f:
+        for i in range(size // CHUNK):
+            f.write(blocks[(i * 7) % 64])
+        f.write(os.urandom(size % CHUNK))
+
+
+def commands(client: str, relay: str, transit: str, code: str, src: Path, relay_only: bool):
+    nl = ["--no-listen"] if relay_only else []
+    if client == "burrow":
+        b = str(VENV_BIN / "burrow")
+        common = ["--relay-url", relay, "--transit-helper", transit, "--hide-progress"] + nl
+        return [b, "send", *common, "--code", code, str(src)], [b, "receive", *common, "--accept-file", code]
+    w = str(VENV_BIN / "wormhole")
+    common = ["--relay-url", relay, "--transit-helper", transit]
+    return ([w, *common, "send", "--hide-progress", *nl, "--code", code, str(src)],
+            [w, *common, "receive", "--hide-progress", "--accept-file", *nl, code])
+
+
+def wait_rusage(proc: subprocess.Popen, out: dict, key: str) -> None:
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out[key] = ru.ru_utime + ru.ru_stime
+
+
+def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: int) -> dict:
+    size = src.stat().st_size
+    rdir = work / f"rx-{client}-{n}"
+    rdir.mkdir()
+    code = f"{700 + n}-purple-sausages"
+    send, recv = commands(client, servers.relay_url, servers.transit_helper, code, src, relay_only)
+    cpu: dict = {}
+    logs = open(work / f"case-{n}.log", "wb")  # noqa: SIM115
+    ps = subprocess.Popen(send, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL)
+    ts = threading.Thread(target=wait_rusage, args=(ps, cpu, "send"))
+    ts.start()
+    time.sleep(0.5)
+    pr = subprocess.Popen(recv, cwd=rdir, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL)
+    tr = threading.Thread(target=wait_rusage, args=(pr, cpu, "recv"))
+    tr.start()
+    first = full = None
+    deadline = time.monotonic() + CASE_TIMEOUT
+    while tr.is_alive() and time.monotonic() < deadline:
+        now = time.monotonic()
+        got = sum(p.stat().st_size for p in rdir.iterdir() if p.is_file()) if rdir.exists() else 0
+        if got and first is None:
+            first = now
+        if got >= size and full is None:
+            full = now
+        time.sleep(POLL)
+    end = time.monotonic()
+    if tr.is_alive():
+        pr.kill()
+        ps.kill()
+    tr.join()
+    ts.join(30)
+    logs.close()
+    full = full or end
+    ok = pr.returncode == 0 and ps.returncode == 0 and (rdir / src.name).stat().st_size == size
+    secs = (full - first) if first else float("nan")
+    return {"client": client, "mode": "relay" if relay_only else "direct", "ok": ok, "seconds": secs,
+            "mbps": size / secs / 1e6 if first else 0.0, "cpu_send": cpu.get("send", 0.0),
+            "cpu_recv": cpu.get("recv", 0.0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
+    ap.add_argument("--clients", default="burrow,wormhole")
+    ap.add_argument("--workdir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                    help="where the file and the received copy live (default /dev/shm: measure the transfer, "
+                         "not the disk)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="burrow-bench-", dir=args.workdir))
+    try:
+        src = work / "payload.bin"
+        make_file(src, args.size_mib * CHUNK)
+        servers = start_servers(args.servers, work)
+        rows = []
+        try:
+            n = 0
+            for mode in (False, True):
+                for client in args.clients.split(","):
+                    rows.append(run_case(client, mode, servers, src, work, n))
+                    n += 1
+                    print(rows[-1], file=sys.stderr, flush=True)
+                    for p in work.glob("rx-*"):
+                        shutil.rmtree(p)  # keep at most one copy on disk
+        finally:
+            servers.stop()
+        print_table(rows, args.size_mib)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def print_table(rows: list[dict], size_mib: int) -> None:
+    print(f"\n{size_mib} MiB file over loopback\n")
+    print("| mode | client | MB/s | seconds | CPU s sender | CPU s receiver | ok |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['client']} | {r['mbps']:.0f} | {r['seconds']:.2f} | {r['cpu_send']:.2f} | "
+              f"{r['cpu_recv']:.2f} | {'yes' if r['ok'] else 'NO'} |")
+    print()
+    for mode in ("direct", "relay"):
+        by = {r["client"]: r for r in rows if r["mode"] == mode}
+        if "burrow" in by and "wormhole" in by and by["wormhole"]["mbps"]:
+            b, w = by["burrow"], by["wormhole"]
+            cpu_b = b["cpu_send"] + b["cpu_recv"]
+            cpu_w = w["cpu_send"] + w["cpu_recv"]
+            print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x; "
+                  f"CPU seconds burrow {cpu_b:.2f} vs magic-wormhole {cpu_w:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""Transit relay benchmark: Burrow vs magic-wormhole-transit-relay 0.5.0 vs a direct loopback stream.
+
+Run: .venv/bin/python bench/transit.py [--bytes N] [--pairs 1,8] [--pairings N]
+
+For each relay (started here as a subprocess on a free 127.0.0.1 port) and for the direct socket-to-
+socket stream it measures, in the same run:
+  - throughput for 1 and 8 concurrent pairs, a bounded number of bytes per case, one direction;
+  - server CPU-seconds per GB (psutil user+system of the server process over the case);
+  - pairing latency (second handshake sent -> its `ok` received; median of sequential pairings);
+  - pairings per second (many pairs opened and closed with bounded concurrency).
+The load generator is cheap: the sender uses sendfile(2) from a tmpfs file, the receiver splices into
+/dev/null, one thread per socket (the GIL is released in those calls), so the relay is what is measured.
+The machine is shared: compare ratios from one run, not absolute figures across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+CHUNK = 1 << 20
+FILE_SIZE = 64 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} never opened")
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    if kind.startswith("burrow"):
+        cmd = [PY, "-m", "transit_relay", "--host", "127.0.0.1", "--port", str(port), "--websocket-port", "-1",
+               "--admin-port", "-1", "--max-connections-per-ip", "0", "--max-connections", "0"]
+        if kind == "burrow-copy":
+            cmd.append("--no-splice")
+    else:
+        cmd = [str(Path(PY).parent / "twist"), "transitrelay", f"--port=tcp:{port}:interface=127.0.0.1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port, proc)
+    time.sleep(0.3)  # let the probe connection's close settle
+    return proc, port
+
+
+def handshake(i: int, side: str) -> bytes:
+    token = f"{i:064x}"
+    return f"please relay {token} for side {side * 16}\n".encode()
+
+
+def relay_pair(port: int, i: int) -> tuple[socket.socket, socket.socket]:
+    a = socket.create_connection(("127.0.0.1", port))
+    b = socket.create_connection(("127.0.0.1", port))
+    a.sendall(handshake(i, "a"))
+    b.sendall(handshake(i, "b"))
+    for s in (a, b):
+        got = b""
+        while len(got) < 3:
+            more = s.recv(3 - len(got))
+            if not more:
+                raise RuntimeError("relay closed during handshake")
+            got += more
+        assert got == b"ok\n", got
+    return a, b
+
+
+def direct_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.create_server(("127.0.0.1", 0)) as lst:
+        a = socket.create_connection(lst.getsockname())
+        b, _ = lst.accept()
+    return a, b
+
+
+def sender(sock: socket.socket, fd: int, total: int) -> None:
+    left = total
+    while left:
+        offset = (total - left) % FILE_SIZE
+        n = os.sendfile(sock.fileno(), fd, offset, min(left, FILE_SIZE - offset, 16 * CHUNK))
+        left -= n
+    sock.shutdown(socket.SHUT_WR)
+
+
+def stream_case(pairs: list[tuple[socket.socket, socket.socket]], fd: int, per_pair: int,
+                proc: psutil.Process | None) -> tuple[float, float]:
+    counts = [[0] for _ in pairs]
+    threads = []
+    for (a, b), c in zip(pairs, counts, strict=True):
+        threads.append(threading.Thread(target=sender, args=(a, fd, per_pair)))
+        threads.append(threading.Thread(target=counted_receiver, args=(b, c)))
+    cpu0 = cpu_of(proc)
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    cpu = cpu_of(proc) - cpu0
+    for (a, b), c in zip(pairs, counts, strict=True):
+        a.close()
+        b.close()
+        if c[0] != per_pair:
+            raise RuntimeError(f"received {c[0]} of {per_pair} bytes")
+    return elapsed, cpu
+
+
+def counted_receiver(sock: socket.socket, out: list[int]) -> None:
+    r, w = os.pipe()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        while True:
+            n = os.splice(sock.fileno(), w, CHUNK)
+            if n == 0:
+                break
+            out[0] += n
+            while n:
+                n -= os.splice(r, devnull, n)
+    finally:
+        for f in (r, w, devnull):
+            os.close(f)
+
+
+def cpu_of(proc: psutil.Process | None) -> float:
+    if proc is None:
+        return 0.0
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+async def _pairing(port: int, i: int) -> float:
+    r1, w1 = await asyncio.open_connection("127.0.0.1", port)
+    r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+    w1.write(handshake(i, "a"))
+    await w1.drain()
+    await asyncio.sleep(0)
+    t0 = time.perf_counter()
+    w2.write(handshake(i, "b"))
+    ok2 = await r2.readexactly(3)
+    latency = time.perf_counter() - t0
+    ok1 = await r1.readexactly(3)
+    assert ok1 == ok2 == b"ok\n"
+    for w in (w1, w2):
+        w.close()
+    return latency
+
+
+async def pairing_bench(port: int, sequential: int, total: int, concurrency: int) -> tuple[float, float]:
+    lat = [await _pairing(port, 10_000_000 + i) for i in range(sequential)]
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await _pairing(port, 20_000_000 + i)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(total)))
+    rate = total / (time.perf_counter() - t0)
+    return statistics.median(lat), rate
+
+
+def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial: int) -> tuple[float, float]:
+    """One throughput case: (GB/s, server CPU-seconds)."""
+    proc, port = servers.get(kind, (None, None))
+    per_pair = total_bytes // n
+    pairs = [direct_pair() if proc is None else relay_pair(port, serial * 100 + i) for i in range(n)]
+    elapsed, cpu = stream_case(pairs, fd, per_pair, psutil.Process(proc.pid) if proc else None)
+    return per_pair * n / elapsed / 1e9, cpu
+
+
+def run_all(kinds: list[str], fd: int, total_bytes: int, counts: list[int], rounds: int,
+            pairings: int) -> dict:
+    """Interleave targets round by round so that background load hits them alike; keep medians."""
+    servers = {k: start_server(k) for k in kinds if k != "direct"}
+    samples: dict = {(k, n): [] for k in kinds for n in counts}
+    try:
+        serial = 0
+        for _ in range(rounds):
+            for n in counts:
+                for k in kinds:
+                    serial += 1
+                    samples[(k, n)].append(measure(k, servers, fd, total_bytes, n, serial))
+        res: dict = {k: {} for k in kinds}
+        for (k, n), got in samples.items():
+            gbps = statistics.median(g for g, _ in got)
+            cpu_per_gb = sum(c for _, c in got) / (len(got) * total_bytes / 1e9)
+            res[k][n] = {"gbps": gbps, "cpu_per_gb": cpu_per_gb if k != "direct" else None}
+        for k, (_proc, port) in servers.items():
+            if pairings:
+                res[k]["latency"], res[k]["rate"] = asyncio.run(pairing_bench(port, 50, pairings, 32))
+    finally:
+        for proc, _port in servers.values():
+            proc.terminate()
+            proc.wait(10)
+    return res
+
+
+def fmt(x, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bytes", type=int, default=1 << 30, help="bytes per throughput case (all pairs)")
+    ap.add_argument("--pairs", default="1,8", help="pair counts, comma separated")
+    ap.add_argument("--pairings", type=int, default=1000, help="pairs for the pairings/s figure")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
+    ap.add_argument("--no-copy-row", action="store_true", help="skip burrow without splice")
+    ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments")
+    args = ap.parse_args()
+    counts = [int(x) for x in args.pairs.split(",")]
+    with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
+        f.write(os.urandom(1 << 20) * (FILE_SIZE >> 20))
+        f.flush()
+        kinds = ["direct", "burrow", "burrow-copy", "reference"]
+        if args.no_copy_row:
+            kinds.remove("burrow-copy")
+        if args.only:
+            kinds = [k for k in kinds if k in args.only.split(",")]
+            print(run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings))
+            return
+        results = run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings)
+    ref, ours, direct = results["reference"], results["burrow"], results["direct"]
+    print(f"\nTransit relay benchmark: {args.bytes / 1e9:.2f} GB per case, one direction, 127.0.0.1, "
+          f"median of {args.rounds} interleaved rounds; CPU = server user+system per GB moved\n")
+    head = "| figure | " + " | ".join(kinds) + " | burrow / reference | burrow / direct |"
+    print(head)
+    print("|" + "---|" * (len(kinds) + 3))
+    for n in counts:
+        row = [fmt(results[k][n]["gbps"], ".2f") for k in kinds]
+        print(f"| throughput, {n} pair{'s' if n > 1 else ''} (GB/s) | " + " | ".join(row)
+              + f" | {ours[n]['gbps'] / ref[n]['gbps']:.1f}x | {100 * ours[n]['gbps'] / direct[n]['gbps']:.0f}% |")
+    for n in counts:
+        row = [fmt(results[k][n]["cpu_per_gb"], ".2f") for k in kinds]
+        ratio = ours[n]["cpu_per_gb"] / ref[n]["cpu_per_gb"] if ref[n]["cpu_per_gb"] else 0.0
+        print(f"| server CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
+              + f" | {ratio:.2f} (1/{1 / ratio if ratio else 0:.1f}) | |")
+    row = [fmt(results[k].get("latency") and results[k]["latency"] * 1e3, ".2f") for k in kinds]
+    print("| pairing latency, median (ms) | " + " | ".join(row)
+          + f" | {ours['latency'] / ref['latency']:.2f} | |")
+    row = [fmt(results[k].get("rate"), ".0f") for k in kinds]
+    print("| pairings per second | " + " | ".join(row) + f" | {ours['rate'] / ref['rate']:.1f}x | |")
+
+
+if __name__ == "__main__":
+    main()

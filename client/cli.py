@@ -1,0 +1,248 @@
+"""`burrow` command line: send / receive (file transfer v1), plus relay-probe and forward hooks.
+
+Exit codes (also in docs/client.md):
+  0 success                    1 other failure (transfer error, bad hash, remote error)
+  2 usage error (argparse)     3 wrong code (mood scary)
+  4 mailbox server unreachable or server error / welcome error
+  5 transfer rejected (by us, the peer or a safety check)
+  6 peer gone / never came / timeout     7 transit connection failed     130 interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+from . import codes, errors
+from .progress import ProgressBar, human
+from .receive import Received, ReceiveOptions, receive, text_of
+from .transfer import Offer, send_path, send_text
+from .wormhole import APPID, Wormhole
+
+DEFAULT_RELAY_URL = "ws://127.0.0.1:4000/v1"
+DEFAULT_TRANSIT_HELPER = "tcp:127.0.0.1:4001"
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_WRONG_CODE, EXIT_SERVER = 0, 1, 2, 3, 4
+EXIT_REJECTED, EXIT_PEER, EXIT_TRANSIT, EXIT_INTERRUPTED = 5, 6, 7, 130
+
+_EXIT_FOR = [
+    (errors.WrongCodeError, EXIT_WRONG_CODE),
+    (errors.ServerConnectionError, EXIT_SERVER),
+    (errors.ServerError, EXIT_SERVER),
+    (errors.WelcomeError, EXIT_SERVER),
+    (errors.TransferRejected, EXIT_REJECTED),
+    (errors.LonelyError, EXIT_PEER),
+    (errors.PeerGoneError, EXIT_PEER),
+    (errors.TimeoutError_, EXIT_PEER),
+    (errors.TransitError, EXIT_TRANSIT),
+    (errors.CodeFormatError, EXIT_USAGE),
+]
+
+
+def exit_code_for(e: BaseException) -> int:
+    for cls, code in _EXIT_FOR:
+        if isinstance(e, cls):
+            return code
+    if isinstance(e, errors.TransferError) and "rejected" in str(e):
+        return EXIT_REJECTED
+    return EXIT_FAIL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--relay-url", default=os.environ.get("BURROW_RELAY_URL", DEFAULT_RELAY_URL),
+                        help="mailbox WebSocket URL (env BURROW_RELAY_URL; default %(default)s)")
+    common.add_argument("--transit-helper", default=os.environ.get("BURROW_TRANSIT_HELPER", DEFAULT_TRANSIT_HELPER),
+                        help="transit relay tcp:HOST:PORT (env BURROW_TRANSIT_HELPER; default %(default)s)")
+    common.add_argument("--appid", default=APPID, help="application id (default %(default)s)")
+    common.add_argument("--hide-progress", action="store_true", help="no progress bar")
+    common.add_argument("--no-listen", action="store_true",
+                        help="do not listen for direct connections (the peer dials us or we use the relay)")
+    common.add_argument("--verify", action="store_true", help="show the verifier (sender: ask before sending)")
+    p = argparse.ArgumentParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("send", parents=[common], help="send text, a file or a directory")
+    s.add_argument("what", nargs="?", help="file or directory to send")
+    s.add_argument("--text", help="send this text message ('-' reads stdin)")
+    s.add_argument("--code", help="use this code instead of allocating one")
+    s.add_argument("--code-length", type=int, default=codes.DEFAULT_CODE_LENGTH, help="words in the code")
+    r = sub.add_parser("receive", aliases=["recv"], parents=[common], help="receive with a code")
+    r.add_argument("code", nargs="?", help="the code (asked interactively, with tab completion, if absent)")
+    r.add_argument("--accept-file", action="store_true", help="accept without asking (never overwrites)")
+    r.add_argument("--output-file", "-o", type=Path, help="where to write the file or directory")
+    sub.add_parser("relay-probe", help="probe a DERP relay (client/derp/probe.py)", add_help=False)
+    sub.add_parser("forward", help="forward ports over Dilation (client/dilation)", add_help=False)
+    return p
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _on_welcome(relay_url: str):
+    def cb(welcome: dict) -> None:
+        if "motd" in welcome:
+            _say(f"Server (at {relay_url}) says:\n {welcome['motd']}")
+    return cb
+
+
+async def _ask_yes(prompt: str) -> bool:
+    try:
+        answer = await asyncio.to_thread(input, prompt)
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> str:
+    """Read the code from the terminal with readline tab completion of nameplates and words."""
+    nameplates: list[str] = []
+    try:
+        nameplates = await w.list_nameplates(timeout=5)
+    except (errors.WormholeError, TimeoutError):
+        pass
+    if sys.stdin.isatty():
+        try:
+            import readline
+
+            state: dict = {}
+
+            def complete(text: str, index: int) -> str | None:
+                if index == 0:
+                    line = readline.get_line_buffer()
+                    state["matches"] = codes.completions(line, nameplates, max(length, line.count("-")))
+                matches = state.get("matches", [])
+                return matches[index] if index < len(matches) else None
+
+            readline.set_completer_delims("")
+            readline.set_completer(complete)
+            readline.parse_and_bind("tab: complete")
+        except ImportError:
+            pass
+    code = await asyncio.to_thread(input, "Enter receive wormhole code: ")
+    return code.strip()
+
+
+async def cmd_send(args: argparse.Namespace) -> int:
+    if (args.what is None) == (args.text is None):
+        _say("burrow send: give a FILE/DIR or --text (exactly one)")
+        return EXIT_USAGE
+    text = sys.stdin.read() if args.text == "-" else args.text
+    path = Path(args.what) if args.what else None
+    if path is not None and not path.exists():
+        _say(f"burrow send: {path} does not exist")
+        return EXIT_USAGE
+    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
+                 on_welcome=_on_welcome(args.relay_url))
+    await w.open()
+    try:
+        if args.code:
+            w.set_code(args.code)
+        else:
+            w.allocate_code(args.code_length)
+        code = await w.get_code()
+        _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
+             f"burrow receive{' --verify' if args.verify else ''} {code}\n")
+        verifier = await w.get_verifier()
+        if args.verify:
+            if not await _ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
+                w.send_message(b'{"error": "sender rejected verification check, abandoned transfer"}')
+                raise errors.TransferRejected("verification rejected, abandoned transfer")
+        if text is not None:
+            await send_text(w, text)
+            _say("text message sent")
+        else:
+            assert path is not None
+            _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
+            bar = ProgressBar(enabled=not args.hide_progress)
+            desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
+                                   on_connected=lambda d: _say(f"Sending ({d})..."))
+            bar.finish()
+            _say(f"Transfer complete ({desc}); the receiver confirmed the SHA-256.")
+        await w.close()
+        return EXIT_OK
+    finally:
+        await _close_quietly(w)
+
+
+async def cmd_receive(args: argparse.Namespace) -> int:
+    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
+                 on_welcome=_on_welcome(args.relay_url))
+    await w.open()
+    try:
+        code = args.code or await _read_code(w)
+        w.set_code(code)
+        verifier = await w.get_verifier()
+        if args.verify:
+            _say(f"Verifier {verifier.hex()}.")
+        bar = ProgressBar(enabled=not args.hide_progress)
+
+        async def confirm(offer: Offer, dest: Path, exists: bool) -> bool:
+            what = f"{offer.kind} {offer.name!r} ({human(offer.size)})"
+            if exists:
+                _say(f"{dest} already exists.")
+                if args.accept_file or not sys.stdin.isatty():
+                    return False
+                return await _ask_yes(f"Overwrite {dest} with the {what}? (y/N) ")
+            if args.accept_file:
+                return True
+            return await _ask_yes(f"Receive {what} into {dest}? (y/N) ")
+
+        opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
+                              on_connected=lambda d: _say(f"Receiving ({d})..."))
+        got: Received = await receive(w, opts)
+        bar.finish()
+        if got.offer.kind == "text":
+            print(text_of(got), flush=True)
+        else:
+            _say(f"Received {got.offer.kind} written to {got.path} (sha256 {got.sha256})")
+        await w.close()
+        return EXIT_OK
+    finally:
+        await _close_quietly(w)
+
+
+async def _close_quietly(w: Wormhole) -> None:
+    try:
+        await w.close()
+    except errors.WormholeError:
+        pass
+
+
+def _hook(module: str, argv: list[str]) -> int:
+    if importlib.util.find_spec(module) is None:
+        _say(f"burrow: {module} is not installed in this build")
+        return EXIT_USAGE
+    return int(importlib.import_module(module).main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "relay-probe":
+        sys.exit(_hook("client.derp.probe", argv[1:]))
+    if argv and argv[0] == "forward":
+        sys.exit(_hook("client.dilation.forward", argv[1:]))
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("BURROW_LOG_LEVEL", "WARNING").upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)
+    handler = cmd_send if args.command == "send" else cmd_receive
+    try:
+        rc = asyncio.run(handler(args))
+    except KeyboardInterrupt:
+        _say("interrupted")
+        rc = EXIT_INTERRUPTED
+    except errors.WormholeError as e:
+        _say(f"ERROR: {e}")
+        rc = exit_code_for(e)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

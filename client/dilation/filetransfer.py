@@ -1,0 +1,374 @@
+"""Dilated File-Transfer (magic-wormhole-protocols `dilated-file-transfer.md`, feature "core0") on burrow's Dilation.
+
+Versions: each side puts `{"transfer": {"mode": "send"|"receive"|"connect", "features": ["core0"],
+"permission": "ask"|"yes"}}` in `app_versions`. Every offer runs on its own subchannel of subprotocol
+"transfer", opened by the offering side; up to `parallel` offers run at once. Messages on a subchannel are
+`kind byte || payload`: 0x01 FileOffer{filename, timestamp, bytes}, 0x02 DirectoryOffer{base, size, files},
+0x03 OfferAccept, 0x04 OfferReject{reason}, 0x05 file data (<= 65535 bytes), 0x06 FileAcknowledge{bytes,
+sha256} (what the experimental magic-wormhole implementation adds); msgpack payloads. Subchannels are byte
+streams in magic-wormhole 0.24 and here, so each message is preceded by a 4-byte big-endian length.
+A control subchannel "transfer-control" carries msgpack `{"kind": "text", "message"}` and burrow's
+`{"kind": "done", "offers": n}` that ends a one-way session (unknown kinds are ignored, as the draft asks).
+
+Resuming: a broken connection is Dilation's business (L4 re-sends what was not acknowledged, nothing is sent
+twice). Across sessions, the receiver writes `<name>.part` and renames on completion; a re-offered file that
+already exists with the offered size and timestamp is rejected with "already have it" and the sender skips
+it, so a re-run only sends what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import msgpack
+
+SUBPROTOCOL = "transfer"
+CONTROL = "transfer-control"
+FEATURES = ["core0"]
+MAX_MESSAGE = 16 * 1024 * 1024  # bytes per framed message we accept (offers carry file lists)
+DATA_CHUNK = 65535  # file bytes per 0x05 message (the draft caps a message at 65536 with its kind byte)
+WRITE_BATCH = 4  # data messages per subchannel write
+ALREADY_HAVE = "already have it"
+
+FILE_OFFER, DIRECTORY_OFFER, ACCEPT, REJECT, DATA, ACK = 1, 2, 3, 4, 5, 6
+_LEN = struct.Struct(">L")
+
+
+class TransferError(Exception):
+    pass
+
+
+def app_versions(mode: str, permission: str = "yes") -> dict:
+    return {"transfer": {"mode": mode, "features": list(FEATURES), "permission": permission}}
+
+
+def peer_transfer(peer_versions: dict | None) -> dict | None:
+    """The peer's `transfer` version block, or None for a classic (file-transfer v1) peer."""
+    t = ((peer_versions or {}).get("app_versions") or {}).get("transfer")
+    return t if isinstance(t, dict) else None
+
+
+def encode(kind: int, body=None) -> bytes:
+    payload = bytes([kind]) + (b"" if body is None else body if kind == DATA else msgpack.packb(body))
+    return _LEN.pack(len(payload)) + payload
+
+
+def encode_control(body: dict) -> bytes:
+    payload = msgpack.packb(body)
+    return _LEN.pack(len(payload)) + payload
+
+
+async def read_control(reader) -> dict | None:
+    try:
+        (n,) = _LEN.unpack(await reader.readexactly(4))
+    except asyncio.IncompleteReadError:
+        return None
+    if not 1 <= n <= MAX_MESSAGE:
+        raise TransferError(f"bad control message length {n}")
+    try:
+        body = msgpack.unpackb(await reader.readexactly(n))
+    except asyncio.IncompleteReadError:
+        return None
+    except Exception as e:
+        raise TransferError(f"bad control message: {e}") from None
+    return body if isinstance(body, dict) else {}
+
+
+async def read_message(reader) -> tuple[int, object] | None:
+    try:
+        (n,) = _LEN.unpack(await reader.readexactly(4))
+    except asyncio.IncompleteReadError as e:
+        if e.partial:
+            raise TransferError("truncated message") from None
+        return None
+    if not 1 <= n <= MAX_MESSAGE:
+        raise TransferError(f"bad message length {n}")
+    raw = await reader.readexactly(n)
+    kind = raw[0]
+    if kind == DATA:
+        return kind, raw[1:]
+    if kind == ACCEPT:
+        return kind, None
+    try:
+        body = msgpack.unpackb(raw[1:])
+    except Exception as e:
+        raise TransferError(f"bad msgpack in message kind {kind}: {e}") from None
+    return kind, body
+
+
+def safe_relative(name: str) -> PurePosixPath:
+    p = PurePosixPath(name)
+    if not name or p.is_absolute() or any(part in ("..", "") for part in p.parts) or "\\" in name:
+        raise TransferError(f"unsafe path in offer: {name!r}")
+    return p
+
+
+@dataclass
+class Report:
+    sent: list[str] = field(default_factory=list)
+    received: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    data_bytes: int = 0  # file bytes written to subchannels (sender) or to disk (receiver)
+
+
+# ------------------------------------------------------------------ sending
+async def _write_file(writer, path: Path, report: Report, progress: Callable[[int], None] | None) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while True:
+            batch = []
+            for _ in range(WRITE_BATCH):
+                chunk = f.read(DATA_CHUNK)
+                if not chunk:
+                    break
+                h.update(chunk)
+                batch.append(encode(DATA, chunk))
+                report.data_bytes += len(chunk)
+                if progress:
+                    progress(len(chunk))
+            if not batch:
+                return h.hexdigest()
+            writer.write(b"".join(batch))
+            await writer.drain()
+
+
+async def _expect_ack(reader, size: int, digest: str) -> None:
+    msg = await read_message(reader)
+    if msg is None or msg[0] != ACK:
+        raise TransferError(f"expected FileAcknowledge, got {msg and msg[0]}")
+    body = msg[1]
+    if body.get("bytes") != size or body.get("sha256") not in (None, digest):
+        raise TransferError(f"receiver acknowledged {body}, we sent {size} bytes sha256 {digest}")
+
+
+async def offer_file(dilated, path: Path, *, wait_answer: bool, report: Report, name: str | None = None,
+                     progress: Callable[[int], None] | None = None) -> None:
+    st = path.stat()
+    name = name or path.name
+    reader, writer = await dilated.open(SUBPROTOCOL)
+    try:
+        writer.write(encode(FILE_OFFER, {"filename": name, "timestamp": int(st.st_mtime), "bytes": st.st_size}))
+        if wait_answer:
+            answer = await read_message(reader)
+            if answer is None or answer[0] not in (ACCEPT, REJECT):
+                raise TransferError(f"expected an answer to the offer of {name}")
+            if answer[0] == REJECT:
+                reason = answer[1].get("reason", "") if isinstance(answer[1], dict) else ""
+                (report.skipped if reason == ALREADY_HAVE else report.rejected).append(name)
+                return
+        digest = await _write_file(writer, path, report, progress)
+        await _expect_ack(reader, st.st_size, digest)
+        report.sent.append(name)
+    finally:
+        writer.close()
+
+
+async def offer_directory(dilated, root: Path, *, wait_answer: bool, report: Report,
+                          progress: Callable[[int], None] | None = None) -> None:
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    rels = [p.relative_to(root).as_posix() for p in files]
+    reader, writer = await dilated.open(SUBPROTOCOL)
+    try:
+        writer.write(encode(DIRECTORY_OFFER, {"base": root.name, "size": sum(p.stat().st_size for p in files),
+                                              "files": rels}))
+        if wait_answer:
+            answer = await read_message(reader)
+            if answer is None or answer[0] == REJECT:
+                report.rejected.append(root.name)
+                return
+        for p, rel in zip(files, rels, strict=True):
+            st = p.stat()
+            writer.write(encode(FILE_OFFER, {"filename": rel, "timestamp": int(st.st_mtime), "bytes": st.st_size}))
+            digest = await _write_file(writer, p, report, progress)
+            await _expect_ack(reader, st.st_size, digest)
+            report.sent.append(f"{root.name}/{rel}")
+    finally:
+        writer.close()
+
+
+async def send_files(dilated, paths: list[Path], *, peer: dict, parallel: int = 8,
+                     progress: Callable[[int], None] | None = None) -> Report:
+    """Offer every path (files in parallel, up to `parallel` subchannels), then send "done"."""
+    if peer.get("mode") == "send":
+        raise TransferError("the peer only sends; it will not accept offers")
+    wait = peer.get("permission") != "yes"
+    report = Report()
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(p: Path) -> None:
+        async with sem:
+            if p.is_dir():
+                await offer_directory(dilated, p, wait_answer=wait, report=report, progress=progress)
+            else:
+                await offer_file(dilated, p, wait_answer=wait, report=report, progress=progress)
+
+    await asyncio.gather(*(one(p) for p in paths))
+    _, control = await dilated.open(CONTROL)
+    control.write(encode_control({"kind": "done", "offers": len(paths)}))
+    control.close()
+    return report
+
+
+# ------------------------------------------------------------------ receiving
+Accept = Callable[[str, int, bool], Awaitable[bool]]  # (name, size, is_directory) -> accept?
+
+
+async def _receive_one_file(reader, writer, dest: Path, size: int, timestamp: int, report: Report,
+                            progress: Callable[[int], None] | None) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    h, got = hashlib.sha256(), 0
+    with part.open("wb") as f:
+        while got < size:
+            msg = await read_message(reader)
+            if msg is None or msg[0] != DATA:
+                raise TransferError(f"{dest.name}: stream ended after {got} of {size} bytes")
+            data = msg[1]
+            got += len(data)
+            if got > size:
+                raise TransferError(f"{dest.name}: more data than offered")
+            h.update(data)
+            f.write(data)
+            if progress:
+                progress(len(data))
+    os.replace(part, dest)
+    if timestamp:
+        os.utime(dest, (time.time(), timestamp))
+    report.data_bytes += got
+    writer.write(encode(ACK, {"bytes": got, "sha256": h.hexdigest()}))
+
+
+def _have(dest: Path, size: int, timestamp: int) -> bool:
+    try:
+        st = dest.stat()
+    except OSError:
+        return False
+    return st.st_size == size and int(st.st_mtime) == timestamp
+
+
+async def handle_offer(reader, writer, out_dir: Path, *, permission: str, accept: Accept | None, report: Report,
+                       progress: Callable[[int], None] | None = None) -> None:
+    try:
+        first = await read_message(reader)
+        if first is None:
+            return
+        kind, body = first
+        if kind == FILE_OFFER:
+            name, size, ts = str(body["filename"]), int(body["bytes"]), int(body.get("timestamp") or 0)
+            dest = out_dir / safe_relative(name).name
+            if permission == "ask":
+                if _have(dest, size, ts):
+                    writer.write(encode(REJECT, {"reason": ALREADY_HAVE}))
+                    report.skipped.append(name)
+                    return
+                if accept is not None and not await accept(name, size, False) or dest.exists():
+                    writer.write(encode(REJECT, {"reason": "transfer rejected"}))
+                    report.rejected.append(name)
+                    return
+                writer.write(encode(ACCEPT))
+            await _receive_one_file(reader, writer, dest, size, ts, report, progress)
+            report.received.append(name)
+        elif kind == DIRECTORY_OFFER:
+            base = safe_relative(str(body["base"])).name
+            files = [safe_relative(str(f)) for f in body["files"]]
+            if permission == "ask":
+                if accept is not None and not await accept(base, int(body["size"]), True):
+                    writer.write(encode(REJECT, {"reason": "transfer rejected"}))
+                    report.rejected.append(base)
+                    return
+                writer.write(encode(ACCEPT))
+            for expected in files:
+                msg = await read_message(reader)
+                if msg is None or msg[0] != FILE_OFFER or safe_relative(str(msg[1]["filename"])) != expected:
+                    raise TransferError(f"directory {base}: expected the FileOffer of {expected}")
+                fo = msg[1]
+                await _receive_one_file(reader, writer, out_dir / base / expected, int(fo["bytes"]),
+                                        int(fo.get("timestamp") or 0), report, progress)
+                report.received.append(f"{base}/{expected}")
+        else:
+            raise TransferError(f"first message on a transfer subchannel has kind {kind}")
+    finally:
+        writer.close()
+
+
+async def receive_files(dilated, out_dir: Path, *, permission: str = "yes", accept: Accept | None = None,
+                        progress: Callable[[int], None] | None = None,
+                        on_text: Callable[[str], None] | None = None) -> Report:
+    """Serve offers until the peer says "done" and every offer it made has finished."""
+    report = Report()
+    offers = dilated.listen(SUBPROTOCOL)
+    control = dilated.listen(CONTROL)
+    tasks: list[asyncio.Task] = []
+    done_total: list[int] = []
+
+    async def serve_offers():
+        async for reader, writer in offers:
+            tasks.append(asyncio.ensure_future(handle_offer(
+                reader, writer, out_dir, permission=permission, accept=accept, report=report, progress=progress)))
+
+    async def serve_control():
+        async for reader, writer in control:
+            while (body := await read_control(reader)) is not None:
+                if body.get("kind") == "done":
+                    done_total.append(int(body.get("offers", 0)))
+                elif body.get("kind") == "text" and on_text:
+                    on_text(str(body.get("message")))
+            writer.close()
+
+    servers = [asyncio.ensure_future(serve_offers()), asyncio.ensure_future(serve_control())]
+    try:
+        while not done_total or len(tasks) < done_total[0] or not all(t.done() for t in tasks):
+            await asyncio.sleep(0.05)
+            for t in tasks:
+                if t.done() and t.exception() is not None:
+                    raise t.exception()
+    finally:
+        for t in servers:
+            t.cancel()
+    return report
+
+
+# ------------------------------------------------------------------ whole sessions (for the CLI)
+async def send_on(wormhole, paths: list[Path], *, parallel: int = 8, listen: bool = True,
+                  progress: Callable[[int], None] | None = None,
+                  on_status: Callable | None = None) -> Report:
+    """On an open Wormhole built with `versions_extra=DILATION_VERSIONS, app_versions=app_versions("send")`
+    whose code is set: dilate, offer every path, wait until the receiver has everything."""
+    from .aio import dilate
+
+    peer = peer_transfer(await wormhole.get_peer_versions())
+    if peer is None:
+        raise TransferError("the peer does not speak Dilated File-Transfer (use classic `burrow send`)")
+    dilated = await dilate(wormhole, listen=listen, on_status=on_status)
+    try:
+        report = await send_files(dilated, paths, peer=peer, parallel=parallel, progress=progress)
+        await dilated.flush()
+        return report
+    finally:
+        await dilated.close()
+
+
+async def receive_on(wormhole, out_dir: Path, *, accept: Accept | None = None, listen: bool = True,
+                     progress: Callable[[int], None] | None = None, on_status: Callable | None = None,
+                     on_text: Callable[[str], None] | None = None) -> Report:
+    """The receiving side of send_on (the Wormhole carries `app_versions=app_versions("receive", "ask")`)."""
+    from .aio import dilate
+
+    if peer_transfer(await wormhole.get_peer_versions()) is None:
+        raise TransferError("the peer does not speak Dilated File-Transfer")
+    dilated = await dilate(wormhole, listen=listen, on_status=on_status)
+    try:
+        report = await receive_files(dilated, out_dir, permission="ask", accept=accept, progress=progress,
+                                     on_text=on_text)
+        await dilated.flush()
+        return report
+    finally:
+        await dilated.close()

@@ -1,0 +1,127 @@
+"""L2 crypto: the Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s session of one connection.
+
+in:  the dilation key, our role (the Leader is the Noise initiator), handshake frames, ciphertext frames
+out: handshake messages to frame; record plaintexts; ciphertext frames for outbound records
+states: handshake -> transport (a failed message raises NoiseError and the connection is dropped)
+
+A record plaintext longer than one Noise message (65519 bytes) is cut into 65519-byte pieces, each encrypted
+on its own, and the ciphertexts are concatenated into ONE frame (magic-wormhole 0.24 does the same); the
+receiver decrypts a frame in 65535-byte steps.
+"""
+
+from __future__ import annotations
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from noise.connection import NoiseConnection
+from noise.exceptions import NoiseHandshakeError, NoiseInvalidMessage
+
+from .errors import NoiseError
+
+NOISE_PROTOCOL = b"Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s"
+NOISE_MAX_CIPHERTEXT = 65535
+NOISE_MAX_PAYLOAD = NOISE_MAX_CIPHERTEXT - 16
+_MAX_NONCE = 2**64 - 1
+
+
+class _Cipher:
+    """One direction of the transport phase: ChaCha20-Poly1305 with a little-endian 64-bit counter nonce."""
+
+    __slots__ = ("_aead", "_n")
+
+    def __init__(self, key: bytes, n: int):
+        self._aead = ChaCha20Poly1305(key)
+        self._n = n
+
+    def _nonce(self) -> bytes:
+        if self._n >= _MAX_NONCE:
+            raise NoiseError("nonce exhausted")
+        nonce = b"\x00\x00\x00\x00" + self._n.to_bytes(8, "little")
+        self._n += 1
+        return nonce
+
+    def encrypt(self, plaintext: bytes) -> bytes:
+        return self._aead.encrypt(self._nonce(), plaintext, None)
+
+    def decrypt(self, ciphertext: bytes) -> bytes:
+        try:
+            return self._aead.decrypt(self._nonce(), ciphertext, None)
+        except InvalidTag:
+            raise NoiseError("bad Noise transport message") from None
+
+
+class NoiseSession:
+    def __init__(self, dilation_key: bytes, *, leader: bool):
+        self.leader = leader
+        self._noise = NoiseConnection.from_name(NOISE_PROTOCOL)
+        self._noise.set_psks(dilation_key)
+        if leader:
+            self._noise.set_as_initiator()
+        else:
+            self._noise.set_as_responder()
+        self._noise.start_handshake()
+        self._send: _Cipher | None = None
+        self._recv: _Cipher | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._send is not None
+
+    def leader_hello(self) -> bytes:
+        """Leader: handshake message 1 (-> psk, e)."""
+        assert self.leader
+        try:
+            return self._noise.write_message()
+        except NoiseHandshakeError as e:
+            raise NoiseError(str(e)) from None
+
+    def leader_finish(self, message2: bytes) -> None:
+        """Leader: read handshake message 2 (<- e, ee); transport keys are ready after this."""
+        self._read(message2)
+        self._start_transport()
+
+    def follower_answer(self, message1: bytes) -> bytes:
+        """Follower: read message 1 and return message 2; transport keys are ready after this."""
+        assert not self.leader
+        self._read(message1)
+        try:
+            message2 = self._noise.write_message()
+        except NoiseHandshakeError as e:
+            raise NoiseError(str(e)) from None
+        self._start_transport()
+        return message2
+
+    def _read(self, message: bytes) -> None:
+        try:
+            self._noise.read_message(message)  # the optional handshake payload is unused
+        except (NoiseInvalidMessage, NoiseHandshakeError, InvalidTag, ValueError) as e:
+            raise NoiseError(f"bad Noise handshake: {e!r}") from None
+
+    def _start_transport(self) -> None:
+        if not self._noise.handshake_finished:
+            raise NoiseError("Noise handshake did not finish")
+        proto = self._noise.noise_protocol
+        enc, dec = proto.cipher_state_encrypt, proto.cipher_state_decrypt
+        self._send = _Cipher(enc.k, enc.n)
+        self._recv = _Cipher(dec.k, dec.n)
+
+    def encrypt(self, plaintext: bytes) -> bytes:
+        """One record plaintext -> one frame payload (several Noise messages if needed)."""
+        assert self._send is not None, "handshake not finished"
+        if len(plaintext) <= NOISE_MAX_PAYLOAD:
+            return self._send.encrypt(plaintext)
+        view = memoryview(plaintext)
+        return b"".join(
+            self._send.encrypt(view[i : i + NOISE_MAX_PAYLOAD])
+            for i in range(0, len(plaintext), NOISE_MAX_PAYLOAD)
+        )
+
+    def decrypt(self, payload: bytes) -> bytes:
+        assert self._recv is not None, "handshake not finished"
+        if len(payload) <= NOISE_MAX_CIPHERTEXT:
+            return self._recv.decrypt(payload)
+        view = memoryview(payload)
+        return b"".join(
+            self._recv.decrypt(view[i : i + NOISE_MAX_CIPHERTEXT])
+            for i in range(0, len(payload), NOISE_MAX_CIPHERTEXT)
+        )

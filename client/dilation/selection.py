@@ -1,0 +1,149 @@
+"""L2: one connection attempt (relay answer, prologue, Noise handshake, KCM) and the Leader's choice.
+
+in:  bytes from a TCP connection (Attempt.feed), candidate attempts and clock readings (Selector)
+out: bytes to write; events Viable (a Leader's attempt got the Follower's KCM), Selected (a Follower's attempt
+     got the Leader's KCM), and, once selected, decoded records
+states (Attempt): relay -> prologue -> handshake -> kcm -> (Leader: viable) -> selected; failed is terminal.
+
+The Leader is the Noise initiator. The Follower answers handshake message 1 with message 2 and sends its KCM at
+once; the Leader treats an attempt whose KCM arrived as a candidate, picks one, sends its own KCM on it and
+drops the rest. The Leader gives direct candidates a head start: a relayed candidate is only chosen once
+`relay_head_start` seconds have passed since the generation began, or when no direct attempt is still alive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .connection import KCM, Record, RecordCodec
+from .errors import ProtocolError
+from .framing import DEFAULT_MAX_FRAME, Frame, Framer, PrologueOK, RelayOK, frame, prologues, relay_handshake
+from .noise import NoiseSession
+
+
+@dataclass(frozen=True, slots=True)
+class Viable:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    pass
+
+
+class Attempt:
+    def __init__(self, dilation_key: bytes, *, leader: bool, side: str, via_relay: bool, direct: bool,
+                 description: str, codec: RecordCodec, max_frame: int = DEFAULT_MAX_FRAME):
+        self.leader = leader
+        self.direct = direct
+        self.description = description
+        self.codec = codec
+        self._side = side
+        self._key = dilation_key
+        self._via_relay = via_relay
+        self._send_prologue, expected = prologues(leader)
+        self._framer = Framer(expected, via_relay=via_relay, max_frame=max_frame)
+        self._noise = NoiseSession(dilation_key, leader=leader)
+        self.state = "relay" if via_relay else "prologue"
+
+    def start(self) -> bytes:
+        """Bytes to write as soon as TCP is connected."""
+        if self._via_relay:
+            return relay_handshake(self._key, self._side)
+        return self._send_prologue
+
+    def fail(self) -> None:
+        self.state = "failed"
+
+    def select(self) -> bytes:
+        """Leader: this attempt won; returns its KCM frame."""
+        assert self.leader and self.state == "viable"
+        self.state = "selected"
+        return self.encrypt(KCM())
+
+    def encrypt(self, record: Record) -> bytes:
+        return frame(self._noise.encrypt(self.codec.encode(record)))
+
+    def encrypt_plaintext(self, plaintext: bytes) -> bytes:
+        return frame(self._noise.encrypt(plaintext))
+
+    def feed(self, data: bytes) -> tuple[bytes, list[Viable | Selected | Record]]:
+        """Returns (bytes to write, events/records). Raises ProtocolError: drop the connection."""
+        if self.state == "failed":
+            return b"", []
+        out = bytearray()
+        events: list[Viable | Selected | Record] = []
+        try:
+            for token in self._framer.feed(data):
+                if self.state == "selected":
+                    events.append(self.codec.decode(self._noise.decrypt(token.payload)))
+                else:
+                    self._step(token, out, events)
+        except ProtocolError:
+            self.state = "failed"
+            raise
+        return bytes(out), events
+
+    def _step(self, token: RelayOK | PrologueOK | Frame, out: bytearray, events: list) -> None:
+        st = self.state
+        if isinstance(token, RelayOK):
+            out += self._send_prologue
+            self.state = "prologue"
+        elif isinstance(token, PrologueOK):
+            self.state = "handshake"
+            if self.leader:
+                out += frame(self._noise.leader_hello())
+        elif st == "handshake":
+            if self.leader:
+                self._noise.leader_finish(bytes(token.payload))
+            else:
+                out += frame(self._noise.follower_answer(bytes(token.payload)))
+                out += self.encrypt(KCM())
+            self.state = "kcm"
+        elif st == "kcm":
+            rec = self.codec.decode(self._noise.decrypt(token.payload))
+            if not isinstance(rec, KCM):
+                raise ProtocolError(f"expected KCM, got {type(rec).__name__}")
+            if self.leader:
+                self.state = "viable"
+                events.append(Viable())
+            else:
+                self.state = "selected"
+                events.append(Selected())
+        else:
+            raise ProtocolError(f"unexpected frame in state {st}")
+
+
+class Selector:
+    """The Leader's choice among viable attempts of one generation."""
+
+    def __init__(self, *, now: float, relay_head_start: float = 2.0):
+        self._began = now
+        self.relay_head_start = relay_head_start
+        self._waiting: list[Attempt] = []
+        self.chosen: Attempt | None = None
+
+    def candidate(self, a: Attempt, now: float, direct_alive: bool) -> Attempt | None:
+        if self.chosen is not None:
+            return None
+        self._waiting.append(a)
+        return self.tick(now, direct_alive)
+
+    def tick(self, now: float, direct_alive: bool) -> Attempt | None:
+        if self.chosen is not None:
+            return None
+        self._waiting = [a for a in self._waiting if a.state == "viable"]
+        for a in self._waiting:
+            if a.direct:
+                self.chosen = a
+                return a
+        if self._waiting and (not direct_alive or now - self._began >= self.relay_head_start):
+            self.chosen = self._waiting[0]
+            return self.chosen
+        return None
+
+    def deadline(self) -> float | None:
+        """When tick() should be called again (a relayed candidate is waiting out the head start)."""
+        if self.chosen is None and self._waiting:
+            return self._began + self.relay_head_start
+        return None

@@ -1,0 +1,302 @@
+"""asyncio L2: listeners, dialers and the race of one generation (the thin adapter over selection.py).
+
+in:  hints from the peer (use_hints), our listening addresses and relay, the core's role and key
+out: connection-hints to publish, exactly one selected L2Protocol handed to the core per generation
+states (Connector): running -> connected | stopped. Losers, listeners and pending dials are dropped on
+selection or stop.
+
+Direct hints: we listen on one port on every local address (or the addresses given) and advertise each
+non-loopback address (loopback only when nothing else exists, as magic-wormhole does). Relay hints: our relay
+plus the peer's, each dialled once with the sided handshake. Direct paths get a head start: relays are
+dialled `relay_delay` seconds late while any direct path is possible, and the Leader's Selector prefers a
+direct candidate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+
+from .errors import ProtocolError
+from .selection import Attempt, Selected, Selector, Viable
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 10.0  # seconds for one TCP connect
+HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
+# bytes queued in the asyncio transport before writers pause; small on purpose: Python 3.11's transport
+# memmoves its whole bytearray buffer after every partial send
+WRITE_HIGH_WATER = 256 * 1024
+
+
+def local_addresses() -> list[str]:
+    """Every local IPv4 address, non-loopback ones only when there are any."""
+    addrs: list[str] = []
+    try:
+        import psutil
+
+        for entries in psutil.net_if_addrs().values():
+            for e in entries:
+                if e.family == socket.AF_INET:
+                    addrs.append(e.address)
+    except Exception:  # psutil missing or restricted: fall back to the resolver
+        with contextlib.suppress(OSError):
+            addrs = [i[4][0] for i in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)]
+    addrs = list(dict.fromkeys(addrs))
+    outside = [a for a in addrs if not ipaddress.ip_address(a).is_loopback]
+    return outside or ["127.0.0.1"]
+
+
+def parse_hints(hints: list) -> tuple[list[tuple[str, int, float]], list[tuple[str, int]]]:
+    """-> (direct (host, port, priority) sorted by priority, relay (host, port)). Unknown types dropped."""
+    direct: list[tuple[str, int, float]] = []
+    relays: list[tuple[str, int]] = []
+
+    def tcp(h) -> tuple[str, int, float] | None:
+        if not isinstance(h, dict) or h.get("type") != "direct-tcp-v1":
+            return None
+        host, port, prio = h.get("hostname"), h.get("port"), h.get("priority", 0.0)
+        if not isinstance(host, str) or not isinstance(port, int) or not 0 < port < 65536:
+            return None
+        return host, port, float(prio) if isinstance(prio, int | float) else 0.0
+
+    for h in hints:
+        if isinstance(h, dict) and h.get("type") == "relay-v1" and isinstance(h.get("hints"), list):
+            for rh in h["hints"]:
+                t = tcp(rh)
+                if t:
+                    relays.append((t[0], t[1]))
+        else:
+            t = tcp(h)
+            if t:
+                direct.append(t)
+    direct.sort(key=lambda t: -t[2])
+    return direct, relays
+
+
+def relay_hint(host: str, port: int) -> dict:
+    return {"type": "relay-v1", "hints": [{"type": "direct-tcp-v1", "priority": 0.0, "hostname": host,
+                                           "port": port}]}
+
+
+def parse_relay_location(location: str) -> tuple[str, int]:
+    """`tcp:HOST:PORT` (magic-wormhole's transit helper form) or `HOST:PORT`."""
+    loc = location[4:] if location.startswith("tcp:") else location
+    host, _, port = loc.rpartition(":")
+    return host.strip("[]"), int(port.split(":")[0])
+
+
+class L2Protocol(asyncio.Protocol):
+    """One TCP connection carrying one Attempt; after selection its records go to the core."""
+
+    def __init__(self, connector: Connector, attempt: Attempt):
+        self.connector = connector
+        self.attempt = attempt
+        self.transport: asyncio.Transport | None = None
+        self.core = None  # set when selected
+        self.closed = False
+        self._timeout: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        with contextlib.suppress(Exception):
+            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        transport.write(self.attempt.start())
+        self._timeout = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self.drop)
+        self.connector.attempts.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            out, events = self.attempt.feed(data)
+        except ProtocolError as e:
+            log.debug("dropping %s: %s", self.attempt.description, e)
+            self.drop()
+            return
+        if out:
+            self.transport.write(out)
+        if self.core is not None:
+            if events:
+                self.core.on_records(self, events)
+            return
+        for i, ev in enumerate(events):
+            if isinstance(ev, Viable):
+                self.connector.viable(self)
+            elif isinstance(ev, Selected):
+                self.connector.follower_selected(self)
+                if self.core is not None and events[i + 1 :]:
+                    self.core.on_records(self, events[i + 1 :])
+                return
+
+    def selected(self, core) -> None:
+        self.core = core
+        if self._timeout:
+            self._timeout.cancel()
+
+    def pause_writing(self) -> None:
+        if self.core is not None:
+            self.core.transport_paused(self, True)
+
+    def resume_writing(self) -> None:
+        if self.core is not None:
+            self.core.transport_paused(self, False)
+
+    def drop(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self._timeout:
+            self._timeout.cancel()
+        self.attempt.fail()
+        self.connector.attempts.discard(self)
+        if self.core is not None:
+            log.info("dilation connection %s lost: %r", self.attempt.description, exc)
+            self.core.on_connection_lost(self)
+
+
+class Connector:
+    """All L2 attempts of one generation."""
+
+    def __init__(self, core, generation: int, *, leader: bool, side: str, key: bytes, codec_factory,
+                 relay: tuple[str, int] | None, listen: bool, listen_addresses: list[str] | None,
+                 relay_delay: float, max_frame: int):
+        self.core = core
+        self.generation = generation
+        self.leader = leader
+        self._side, self._key, self._codec_factory = side, key, codec_factory
+        self._relay = relay
+        self._listen = listen
+        self._listen_addresses = listen_addresses
+        self._relay_delay = relay_delay
+        self._max_frame = max_frame
+        self.attempts: set[L2Protocol] = set()
+        self._servers: list[asyncio.base_events.Server] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._dialled: set[tuple[str, int, bool]] = set()
+        self._direct_known = listen
+        loop = asyncio.get_running_loop()
+        self._selector = Selector(now=loop.time(), relay_head_start=relay_delay) if leader else None
+        self._select_timer: asyncio.TimerHandle | None = None
+        self.winner: L2Protocol | None = None
+        self.stopped = False
+        self.paths: list[str] = []
+
+    def _attempt(self, *, via_relay: bool, direct: bool, description: str) -> Attempt:
+        return Attempt(self._key, leader=self.leader, side=self._side, via_relay=via_relay, direct=direct,
+                       description=description, codec=self._codec_factory(), max_frame=self._max_frame)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._listen:
+            addrs = self._listen_addresses or local_addresses()
+            bind = addrs if self._listen_addresses else ["0.0.0.0"]
+
+            def factory():
+                return L2Protocol(self, self._attempt(via_relay=False, direct=True, description="direct inbound"))
+
+            server = await loop.create_server(factory, host=bind, port=0)
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            if self.stopped:
+                server.close()
+                return
+            self.core.send_hints([{"type": "direct-tcp-v1", "priority": 0.0, "hostname": a, "port": port}
+                                  for a in addrs])
+        if self._relay is not None and not self.stopped:
+            self.core.send_hints([relay_hint(*self._relay)])
+            self._dial(self._relay[0], self._relay[1], via_relay=True)
+
+    def use_hints(self, hints: list) -> None:
+        if self.stopped or self.winner is not None:
+            return
+        direct, relays = parse_hints(hints)
+        for host, port, _prio in direct:
+            self._direct_known = True
+            self._dial(host, port, via_relay=False)
+        for host, port in relays:
+            self._dial(host, port, via_relay=True)
+
+    def _dial(self, host: str, port: int, *, via_relay: bool) -> None:
+        key = (host, port, via_relay)
+        if key in self._dialled:
+            return
+        self._dialled.add(key)
+        delay = self._relay_delay if via_relay and self._direct_known else 0.0
+        t = asyncio.get_running_loop().create_task(self._connect(host, port, via_relay, delay))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, host: str, port: int, via_relay: bool, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self.stopped or self.winner is not None:
+            return
+        kind = "relay" if via_relay else "direct"
+        desc = f"{kind} tcp:{host}:{port}"
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.create_connection(
+                lambda: L2Protocol(self, self._attempt(via_relay=via_relay, direct=not via_relay,
+                                                       description=desc)), host, port), CONNECT_TIMEOUT)
+        except (TimeoutError, OSError) as e:
+            log.debug("dial %s failed: %s", desc, e)
+            if self.leader:
+                self._reconsider()
+
+    def _direct_alive(self) -> bool:
+        return any(p.attempt.direct and p.attempt.state not in ("failed",) for p in self.attempts) or any(
+            not t.done() for t in self._tasks)
+
+    def viable(self, p: L2Protocol) -> None:
+        if self.stopped or self._selector is None:
+            return
+        loop = asyncio.get_running_loop()
+        chosen = self._selector.candidate(p.attempt, loop.time(), self._direct_alive())
+        if chosen is not None:
+            self._win(self._find(chosen))
+            return
+        deadline = self._selector.deadline()
+        if deadline is not None and self._select_timer is None:
+            self._select_timer = loop.call_at(deadline, self._reconsider)
+
+    def _reconsider(self) -> None:
+        self._select_timer = None
+        if self.stopped or self._selector is None or self.winner is not None:
+            return
+        chosen = self._selector.tick(asyncio.get_running_loop().time(), self._direct_alive())
+        if chosen is not None:
+            self._win(self._find(chosen))
+
+    def _find(self, attempt: Attempt) -> L2Protocol:
+        return next(p for p in self.attempts if p.attempt is attempt)
+
+    def follower_selected(self, p: L2Protocol) -> None:
+        if self.stopped or self.winner is not None:
+            p.drop()
+            return
+        self._win(p)
+
+    def _win(self, p: L2Protocol) -> None:
+        self.winner = p
+        if self.leader:
+            p.transport.write(p.attempt.select())
+        self.stop(keep=p)
+        self.core.on_connection_made(self, p)
+
+    def stop(self, keep: L2Protocol | None = None) -> None:
+        self.stopped = True
+        if self._select_timer:
+            self._select_timer.cancel()
+        for s in self._servers:
+            s.close()
+        self._servers.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        for p in list(self.attempts):
+            if p is not keep:
+                p.drop()

@@ -1,0 +1,230 @@
+"""Receiving side of file transfer v1, with the safety rules.
+
+* Never writes outside the target folder: file names are reduced to a base name; every zip entry is
+  checked (absolute paths, "..", drive letters, symlinks are refused) BEFORE anything is extracted.
+* Never overwrites: an existing target is refused unless `confirm(..., exists=True)` says yes; the data
+  lands in a temporary file next to the target and is linked into place only after the SHA-256 is known.
+* Checks free disk space (file size, or zip size + uncompressed size) before accepting.
+* A zip that expands beyond the offered byte count is refused (zip bombs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import stat
+import tempfile
+import zipfile
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import TransferError, TransferRejected
+from .transfer import (
+    MAX_TEXT,
+    TRANSIT_KEY_PURPOSE,
+    ZIP_COPY_CHUNK,
+    Offer,
+    Progress,
+    _noop,
+    _recv,
+    _send,
+)
+from .transit.aio import RecordPipe, Transit
+from .transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH, ack_record
+from .wormhole import Wormhole
+
+Confirm = Callable[[Offer, Path, bool], bool | Awaitable[bool]]
+
+
+def _accept_all(offer: Offer, dest: Path, exists: bool) -> bool:
+    return not exists
+
+
+@dataclass
+class ReceiveOptions:
+    output: Path | None = None  # target file (or directory) path; default: the offered name in cwd
+    confirm: Confirm = _accept_all  # called before accepting a file/directory offer
+    no_listen: bool = False
+    progress: Progress = _noop
+    on_offer: Callable[[Offer, Path], None] = field(default=lambda offer, dest: None)
+    on_connected: Callable[[str], None] = field(default=lambda desc: None)
+
+
+@dataclass(frozen=True)
+class Received:
+    offer: Offer
+    path: Path | None = None  # None for text
+    sha256: str = ""
+
+
+def safe_name(name: str) -> str:
+    base = os.path.basename(name.replace("\\", "/"))
+    if base in ("", ".", "..") or "\x00" in base:
+        raise TransferRejected(f"refusing unsafe name {name!r}")
+    return base
+
+
+def check_zip(zf: zipfile.ZipFile, limit: int) -> None:
+    """Refuse entries that would escape the target or expand beyond `limit` bytes."""
+    total = 0
+    for info in zf.infolist():
+        name = info.filename
+        parts = name.replace("\\", "/").split("/")
+        if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":") or "\x00" in name:
+            raise TransferRejected(f"refusing zip entry outside the target folder: {name!r}")
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise TransferRejected(f"refusing symlink in zip: {name!r}")
+        total += info.file_size
+    if total > limit:
+        raise TransferRejected(f"zip expands to {total} bytes, more than the {limit} offered")
+
+
+def extract_zip(zip_path: Path, dest: Path, limit: int) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    with zipfile.ZipFile(zip_path) as zf:
+        check_zip(zf, limit)
+        written = 0
+        for info in zf.infolist():
+            target = (root / info.filename).resolve()
+            if os.path.commonpath([root, target]) != str(root):
+                raise TransferRejected(f"refusing zip entry outside the target folder: {info.filename!r}")
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "xb") as out:
+                while chunk := src.read(ZIP_COPY_CHUNK):
+                    written += len(chunk)
+                    if written > limit:
+                        raise TransferRejected("zip expands beyond its declared size")
+                    out.write(chunk)
+            mode = info.external_attr >> 16
+            if mode & 0o111:
+                os.chmod(target, 0o755)
+
+
+async def _ask(confirm: Confirm, offer: Offer, dest: Path, exists: bool) -> bool:
+    res = confirm(offer, dest, exists)
+    if inspect.isawaitable(res):
+        res = await res
+    return bool(res)
+
+
+async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
+    opts = opts or ReceiveOptions()
+    await w.get_verifier()
+    transit: Transit | None = None
+
+    async def ensure_transit(peer_hints: list) -> Transit:
+        nonlocal transit
+        if transit is None:
+            transit = Transit("receiver", transit_helper=w.transit_helper, no_listen=opts.no_listen)
+            transit.set_key(w.derive_key(TRANSIT_KEY_PURPOSE, TRANSIT_KEY_LENGTH))
+            transit.add_peer_hints(peer_hints)
+            hints = await transit.get_hints()
+            _send(w, {"transit": {"abilities-v1": ABILITIES, "hints-v1": hints}})
+        else:
+            transit.add_peer_hints(peer_hints)
+        return transit
+
+    try:
+        while True:
+            msg = await _recv(w)
+            if "transit" in msg and isinstance(msg["transit"], dict):
+                await ensure_transit(msg["transit"].get("hints-v1", []))
+            if "offer" in msg:
+                try:
+                    offer = Offer.decode(msg["offer"])
+                except TransferError as e:
+                    _send(w, {"error": str(e)})
+                    raise
+                if offer.kind == "text":
+                    _send(w, {"answer": {"message_ack": "ok"}})
+                    return Received(Offer("text", text=offer.text[:MAX_TEXT]))
+                t = await ensure_transit([])
+                return await _receive_data(w, t, offer, opts)
+    finally:
+        if transit is not None:
+            await transit.close()
+
+
+async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: ReceiveOptions) -> Received:
+    dest = opts.output if opts.output is not None else Path.cwd() / safe_name(offer.name)
+    dest = dest.absolute()
+    exists = dest.exists() or dest.is_symlink()
+    opts.on_offer(offer, dest)
+    need = offer.size + (offer.numbytes if offer.kind == "directory" else 0)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(dest.parent).free
+        if free < need:
+            raise TransferRejected(f"insufficient free space: {free} bytes free, {need} needed")
+        if exists and offer.kind == "file" and dest.is_dir():
+            raise TransferRejected(f"{dest} is a directory")
+        if not await _ask(opts.confirm, offer, dest, exists):
+            raise TransferRejected(f"refusing to overwrite {dest}" if exists else "transfer rejected")
+    except TransferRejected:
+        _send(w, {"error": "transfer rejected"})
+        raise
+    _send(w, {"answer": {"file_ack": "ok"}})
+    pipe = await transit.connect()
+    opts.on_connected(pipe.description)
+    fd, tmpname = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".burrow-part", dir=dest.parent)
+    tmp = Path(tmpname)
+    try:
+        with os.fdopen(fd, "wb", buffering=0) as f:
+            digest = await _stream_in(pipe, f, offer.size, opts.progress)
+        if offer.kind == "directory":
+            extract_zip(tmp, dest, offer.numbytes)
+        elif exists:
+            os.replace(tmp, dest)  # the user agreed to overwrite
+        else:
+            os.link(tmp, dest)  # fails rather than clobber a file that appeared meanwhile
+        await pipe.send_record(ack_record(digest))
+    finally:
+        tmp.unlink(missing_ok=True)
+        await pipe.close()
+    return Received(offer, dest, digest)
+
+
+async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress) -> str:
+    """Authenticate, hash and write in a worker thread while the event loop reads the next record."""
+    hasher = hashlib.sha256()
+    loop = asyncio.get_running_loop()
+
+    def consume(body: bytes) -> None:
+        record = pipe.open_frame(body)
+        hasher.update(record)
+        f.write(record)
+
+    done = 0
+    pending = None
+    with ThreadPoolExecutor(1, thread_name_prefix="burrow-write") as ex:
+        try:
+            while done < size:
+                body = await pipe.read_frame()
+                done += len(body) - 40  # nonce (24) + MAC (16)
+                if done > size:
+                    raise TransferError("the sender sent more bytes than it offered")
+                if pending is not None:
+                    await pending
+                pending = loop.run_in_executor(ex, consume, body)
+                progress(done, size)
+            if pending is not None:
+                await pending
+        except BaseException:
+            if pending is not None:
+                await asyncio.gather(pending, return_exceptions=True)
+            raise
+    return hasher.hexdigest()
+
+
+def text_of(received: Received) -> str:
+    return json.dumps(received.offer.text)[1:-1] if received.offer.kind == "text" else ""

@@ -1,0 +1,206 @@
+"""File transfer v1 (magic-wormhole's CLI protocol): text, a file, or a directory as a zip.
+
+Messages (JSON in numbered phases): sender {"transit": {...}} then {"offer": {...}}; receiver
+{"transit": {...}} and {"answer": {"file_ack"|"message_ack": "ok"}} or {"error": "..."}. After the
+file bytes over Transit, the receiver sends one record {"ack": "ok", "sha256": hex} and closes.
+Files are streamed in RECORD_SIZE records; neither side ever holds a whole file in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import PeerGoneError, TransferError, TransitError
+from .transit.aio import RecordPipe, Transit
+from .transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
+from .wormhole import APPID, Wormhole
+
+TRANSIT_KEY_PURPOSE = APPID + "/transit-key"  # always the default appid (magic-wormhole bug #339)
+RECORD_SIZE = 256 * 1024  # plaintext bytes per transit record
+ZIP_COPY_CHUNK = 1024 * 1024  # bytes per read while zipping / unzipping
+MAX_TEXT = 1024 * 1024  # bytes of text message we accept for display
+
+Progress = Callable[[int, int], None]
+
+
+def _noop(done: int, total: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Offer:
+    kind: str  # "text" | "file" | "directory"
+    name: str = ""
+    size: int = 0  # bytes on the wire (file size or zip size)
+    numbytes: int = 0  # directory: uncompressed bytes
+    numfiles: int = 0
+    text: str = ""
+
+    def encode(self) -> dict:
+        if self.kind == "text":
+            return {"offer": {"message": self.text}}
+        if self.kind == "file":
+            return {"offer": {"file": {"filename": self.name, "filesize": self.size}}}
+        return {"offer": {"directory": {"mode": "zipfile/deflated", "dirname": self.name, "zipsize": self.size,
+                                        "numbytes": self.numbytes, "numfiles": self.numfiles}}}
+
+    @classmethod
+    def decode(cls, offer: dict) -> Offer:
+        try:
+            if "message" in offer:
+                return cls("text", text=str(offer["message"]))
+            if "file" in offer:
+                f = offer["file"]
+                return cls("file", name=str(f["filename"]), size=int(f["filesize"]))
+            if "directory" in offer:
+                d = offer["directory"]
+                if not str(d.get("mode", "")).startswith("zipfile"):
+                    raise TransferError(f"unknown directory mode {d.get('mode')!r}")
+                return cls("directory", name=str(d["dirname"]), size=int(d["zipsize"]),
+                           numbytes=int(d["numbytes"]), numfiles=int(d["numfiles"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise TransferError(f"malformed offer: {e}") from e
+        raise TransferError("unknown offer type")
+
+
+def _send(w: Wormhole, data: dict) -> None:
+    w.send_message(json.dumps(data).encode("utf-8"))
+
+
+async def _recv(w: Wormhole) -> dict:
+    raw = await w.get_message()
+    try:
+        msg = json.loads(raw)
+    except ValueError as e:
+        raise TransferError("peer sent a message that is not JSON") from e
+    if not isinstance(msg, dict):
+        raise TransferError("peer sent a message that is not a JSON object")
+    if "error" in msg:
+        raise TransferError(f"remote error: {msg['error']}")
+    return msg
+
+
+# ---- sending ---------------------------------------------------------------------------------
+
+def zip_directory(path: Path, out: Path) -> tuple[int, int]:
+    """Write `path` as a deflated zip to `out` (streamed, never whole files in memory).
+
+    Returns (numbytes, numfiles). Empty directories are kept; symlinks are followed like magic-wormhole.
+    """
+    numbytes = numfiles = 0
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1, allowZip64=True) as zf:
+        for root, dirs, files in os.walk(path, followlinks=True):
+            dirs.sort()
+            rel_root = os.path.relpath(root, path)
+            if not files and not dirs and rel_root != ".":
+                zf.write(root, rel_root + "/")
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                arc = os.path.normpath(os.path.join(rel_root, name))
+                zf.write(full, arc)  # zipfile streams the file in chunks
+                numbytes += os.path.getsize(full)
+                numfiles += 1
+    return numbytes, numfiles
+
+
+async def send_text(w: Wormhole, text: str) -> None:
+    await w.get_verifier()  # never offer anything before the peer proved it has the same key
+    _send(w, Offer("text", text=text).encode())
+    while True:
+        msg = await _recv(w)
+        if "answer" in msg:
+            if msg["answer"].get("message_ack") != "ok":
+                raise TransferError(f"text not acknowledged: {msg['answer']!r}")
+            return
+
+
+async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progress: Progress = _noop,
+                    on_connected: Callable[[str], None] | None = None, workdir: Path | None = None) -> str:
+    """Send a file or directory; return the transit description. Raises TransferError on failure."""
+    await w.get_verifier()
+    tmp = None
+    try:
+        if path.is_dir():
+            tmp = tempfile.NamedTemporaryFile(prefix="burrow-", suffix=".zip", dir=workdir, delete=False)  # noqa: SIM115
+            tmp.close()
+            numbytes, numfiles = zip_directory(path, Path(tmp.name))
+            source = Path(tmp.name)
+            offer = Offer("directory", path.resolve().name, source.stat().st_size, numbytes, numfiles)
+        elif path.is_file():
+            source = path
+            offer = Offer("file", path.name, path.stat().st_size)
+        else:
+            raise TransferError(f"{path} is neither a file nor a directory")
+        transit = Transit("sender", transit_helper=w.transit_helper, no_listen=no_listen)
+        try:
+            hints = await transit.get_hints()
+            _send(w, {"transit": {"abilities-v1": ABILITIES, "hints-v1": hints}})
+            transit.set_key(w.derive_key(TRANSIT_KEY_PURPOSE, TRANSIT_KEY_LENGTH))
+            _send(w, offer.encode())
+            while True:
+                msg = await _recv(w)
+                if "transit" in msg:
+                    transit.add_peer_hints(msg["transit"].get("hints-v1", []))
+                if "answer" in msg:
+                    if msg["answer"].get("file_ack") != "ok":
+                        raise TransferError(f"transfer not accepted: {msg['answer']!r}")
+                    break
+            pipe = await transit.connect()
+        finally:
+            await transit.close()
+        if on_connected:
+            on_connected(pipe.description)
+        try:
+            digest = await _stream_out(pipe, source, offer.size, progress)
+            try:
+                ack = json.loads(await pipe.receive_record())
+            except TransitError as e:
+                raise PeerGoneError("the receiver closed before acknowledging the transfer") from e
+            if ack.get("ack") != "ok":
+                raise TransferError(f"transfer failed (remote says {ack!r})")
+            if "sha256" in ack and ack["sha256"] != digest:
+                raise TransferError("transfer failed: the receiver's SHA-256 does not match")
+        finally:
+            await pipe.close()
+        return pipe.description
+    finally:
+        if tmp is not None:
+            os.unlink(tmp.name)
+
+
+async def _stream_out(pipe: RecordPipe, source: Path, size: int, progress: Progress) -> str:
+    """Read, hash and encrypt in a worker thread, one record ahead of the socket writes."""
+    hasher = hashlib.sha256()
+    loop = asyncio.get_running_loop()
+    bufs = [bytearray(RECORD_SIZE), bytearray(RECORD_SIZE)]  # the worker fills one while we send the other
+
+    with open(source, "rb", buffering=0) as f, ThreadPoolExecutor(1, thread_name_prefix="burrow-read") as ex:
+        def produce(i: int, want: int) -> bytes:
+            view = memoryview(bufs[i % 2])[:want]
+            n = f.readinto(view)
+            if n != want:
+                raise TransferError(f"{source} changed size while sending")
+            hasher.update(view)
+            return pipe.seal(view)
+
+        done, i = 0, 0
+        nxt = loop.run_in_executor(ex, produce, 0, min(RECORD_SIZE, size)) if size else None
+        while nxt is not None:
+            frame = await nxt
+            want = min(RECORD_SIZE, size - done)
+            done += want
+            i += 1
+            nxt = loop.run_in_executor(ex, produce, i, min(RECORD_SIZE, size - done)) if done < size else None
+            pipe.write_frame(frame)
+            await pipe.drain()
+            progress(done, size)
+    return hasher.hexdigest()

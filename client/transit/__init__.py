@@ -1,0 +1,1 @@
+"""Classic Transit: sans-IO hints, handshakes and records (protocol.py) and the asyncio connector (aio.py)."""

@@ -1,0 +1,252 @@
+"""Asyncio Transit connector and record pipe (thin adapter over protocol.py).
+
+The race: we listen (unless no_listen) and advertise every local address as a direct hint; we dial
+every direct hint of the peer at once, and the relay hints (ours + theirs) after RELAY_DELAY seconds
+when the peer offered direct hints (immediately otherwise), so a direct path gets a head start. The
+sender picks the first connection whose handshake verifies and writes "go" on it, "nevermind" on the
+others; the receiver takes the connection on which "go" arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import socket
+import struct
+from dataclasses import dataclass
+
+from ..errors import TransitError
+from . import protocol as P
+
+log = logging.getLogger(__name__)
+
+RELAY_DELAY = 2.0  # seconds of head start for direct hints (magic-wormhole's RELAY_DELAY)
+NEGOTIATION_TIMEOUT = 60.0  # seconds per candidate connection
+CONNECT_TIMEOUT = 120.0  # seconds for the whole race
+DIAL_TIMEOUT = 10.0  # seconds for one TCP connect
+STREAM_LIMIT = 4 * 1024 * 1024  # bytes buffered by a StreamReader before it pauses the socket
+WRITE_HIGH_WATER = 4 * 1024 * 1024  # bytes queued in the transport before drain() waits
+
+
+def local_addresses(include_loopback: bool = True) -> list[str]:
+    """IPv4 addresses of this host's interfaces (Linux ioctl; falls back to the hostname)."""
+    addrs: list[str] = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, name in socket.if_nameindex():
+                try:
+                    req = struct.pack("256s", name.encode()[:15])
+                    res = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
+                    addrs.append(socket.inet_ntoa(res[20:24]))
+                except OSError:
+                    continue
+    except (OSError, AttributeError):
+        pass
+    if not addrs:
+        with contextlib.suppress(OSError):
+            addrs = sorted({ai[4][0] for ai in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)})
+    out = [a for a in dict.fromkeys(addrs) if not a.startswith("127.")]
+    # loopback last: it only helps two peers on one host (documented in docs/client.md)
+    if include_loopback or not out:
+        out.append("127.0.0.1")
+    return out
+
+
+@dataclass
+class _Candidate:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    description: str
+    handshake: P.Handshake | None = None
+
+
+class RecordPipe:
+    """An encrypted, ordered record stream over the winning TCP connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: bytes, role: str,
+                 description: str):
+        enc, dec = P.record_keys(key, role)
+        self._reader, self._writer = reader, writer
+        self._enc, self._dec = P.RecordEncoder(enc), P.RecordDecoder(dec)
+        self.description = description
+        writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+
+    # The split API (seal/write_frame, read_frame/open_frame) lets a caller run the crypto in a worker
+    # thread (PyNaCl and hashlib release the GIL) while the event loop moves bytes. Frames must be sealed
+    # and opened in order, one at a time: the nonces are counters.
+    def seal(self, plaintext: bytes | memoryview) -> bytes:
+        return self._enc.encode(plaintext)
+
+    def write_frame(self, frame: bytes) -> None:
+        self._writer.write(frame)
+
+    async def read_frame(self) -> bytes:
+        """The next record's body (nonce || ciphertext), not yet authenticated."""
+        try:
+            header = await self._reader.readexactly(4)
+            length = int.from_bytes(header, "big")
+            self._dec.check_length(length)
+            return await self._reader.readexactly(length)
+        except asyncio.IncompleteReadError as e:
+            raise TransitError("the peer closed the transit connection") from e
+        except ConnectionError as e:
+            raise TransitError(f"transit connection lost: {e}") from e
+
+    def open_frame(self, body: bytes) -> bytes:
+        return self._dec.decrypt(body)
+
+    def write_record(self, plaintext: bytes | memoryview) -> None:
+        """Queue one record; call `await drain()` to respect backpressure."""
+        self._writer.write(self._enc.encode(plaintext))
+
+    async def drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except ConnectionError as e:
+            raise TransitError(f"transit connection lost: {e}") from e
+
+    async def send_record(self, plaintext: bytes | memoryview) -> None:
+        self.write_record(plaintext)
+        await self.drain()
+
+    async def receive_record(self) -> bytes:
+        return self.open_frame(await self.read_frame())
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._writer.close()
+            await asyncio.wait_for(self._writer.wait_closed(), 5)
+
+
+class Transit:
+    def __init__(self, role: str, *, transit_helper: str | None = None, no_listen: bool = False,
+                 relay_delay: float = RELAY_DELAY):
+        if role not in ("sender", "receiver"):
+            raise ValueError(role)
+        self.role = role
+        self.no_listen = no_listen
+        self.relay_delay = relay_delay
+        self._relays: list[P.TcpHint] = [P.parse_helper(transit_helper)] if transit_helper else []
+        self._direct: list[P.TcpHint] = []
+        self._peer_direct: list[P.TcpHint] = []
+        self._relay_side = P.new_relay_side()
+        self._server: asyncio.AbstractServer | None = None
+        self._key: bytes | None = None
+        self._key_set = asyncio.Event()
+        self._winner: asyncio.Future[_Candidate] = asyncio.get_running_loop().create_future()
+        self._tasks: set[asyncio.Task] = set()
+        self._losers: list[_Candidate] = []
+
+    # ---- hints
+    async def get_hints(self) -> list[dict]:
+        if not self.no_listen and self._server is None:
+            self._server = await asyncio.start_server(self._accepted, host="0.0.0.0", port=0, limit=STREAM_LIMIT)
+            port = self._server.sockets[0].getsockname()[1]
+            self._direct = [P.TcpHint(a, port) for a in local_addresses()]
+        return P.encode_hints(self._direct, self._relays)
+
+    def add_peer_hints(self, hints: list) -> None:
+        direct, relays = P.decode_hints(hints)
+        self._peer_direct += [h for h in direct if h not in self._peer_direct]
+        self._relays += [h for h in relays if h not in self._relays]
+
+    def set_key(self, key: bytes) -> None:
+        self._key = key
+        self._key_set.set()
+
+    # ---- the race
+    async def connect(self, timeout: float = CONNECT_TIMEOUT) -> RecordPipe:
+        await self._key_set.wait()
+        for h in self._peer_direct:
+            self._spawn(self._dial(h, relay=False, delay=0.0))
+        delay = self.relay_delay if self._peer_direct else 0.0
+        for h in self._relays:
+            self._spawn(self._dial(h, relay=True, delay=delay))
+        if not self._tasks and self._server is None:
+            raise TransitError("no transit hints to try (no direct hints and no relay)")
+        try:
+            cand = await asyncio.wait_for(asyncio.shield(self._winner), timeout)
+        except TimeoutError as e:
+            raise TransitError(f"no transit connection succeeded within {timeout:.0f}s") from e
+        finally:
+            await self._cleanup()
+        assert self._key is not None
+        return RecordPipe(cand.reader, cand.writer, self._key, self.role, cand.description)
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _dial(self, hint: P.TcpHint, relay: bool, delay: float) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self._winner.done():
+            return
+        desc = f"{'relay' if relay else 'direct'} {hint.hostname}:{hint.port}"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(hint.hostname, hint.port, limit=STREAM_LIMIT), DIAL_TIMEOUT)
+        except (OSError, TimeoutError) as e:
+            log.debug("transit dial %s failed: %s", desc, e)
+            return
+        await self._negotiate(_Candidate(reader, writer, desc), relay)
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        cand = _Candidate(reader, writer, f"direct {peer[0]}:{peer[1]}" if peer else "direct")
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            await self._key_set.wait()
+            await self._negotiate(cand, relay=False)
+        except asyncio.CancelledError:
+            # a server callback task must not end cancelled (asyncio would log it as an error)
+            writer.close()
+
+    async def _negotiate(self, cand: _Candidate, relay: bool) -> None:
+        assert self._key is not None
+        hs = P.Handshake(self._key, self.role, self._relay_side if relay else None)
+        cand.handshake = hs
+        try:
+            async with asyncio.timeout(NEGOTIATION_TIMEOUT):
+                cand.writer.write(hs.start())
+                while hs.state not in ("wait-go", "records"):
+                    data = await cand.reader.readexactly(hs.wanted())
+                    _events, out = hs.feed(data)
+                    if out:
+                        cand.writer.write(out)
+                    await cand.writer.drain()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, P.TransitProtocolError) as e:
+            log.debug("transit candidate %s failed: %s", cand.description, e)
+            cand.writer.close()
+            return
+        except asyncio.CancelledError:
+            cand.writer.close()
+            raise
+        if self._winner.done():
+            if self.role == "sender":
+                cand.writer.write(b"nevermind\n")
+            cand.writer.close()
+            return
+        if self.role == "sender":
+            cand.writer.write(hs.select())
+        self._winner.set_result(cand)
+
+    async def _cleanup(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        me = asyncio.current_task()
+        for t in list(self._tasks):
+            if t is not me:
+                t.cancel()
+
+    async def close(self) -> None:
+        await self._cleanup()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)

@@ -1,0 +1,264 @@
+"""Classic Transit, sans-IO (seed 002; WH/transit.py, WH/_hints.py for the deployed variant).
+
+in:  the transit key, our role ("sender"/"receiver"), bytes read from one candidate connection.
+out: bytes to write, and events: RelayReady, PeerReady (handshake verified), Go (receiver got "go"),
+     HandshakeFailed; then encrypted records (RecordEncoder / RecordDecoder).
+states (per connection): [relay: wait "ok\\n"] -> wait peer handshake -> (receiver: wait "go\\n") -> records.
+
+Wire: relay line  b"please relay " + hex(HKDF(tk,32,"transit_relay_token")) + b" for side " + 16 hex + b"\\n";
+handshakes b"transit sender|receiver " + hex(HKDF(tk,32,"transit_sender|receiver")) + b" ready\\n\\n";
+records len(4, BE) || nonce(24, BE counter from 0 per direction) || secretbox(plaintext).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from nacl.exceptions import CryptoError
+from nacl.secret import SecretBox
+
+from ..errors import TransitError
+from ..keys import hkdf
+
+TRANSIT_KEY_LENGTH = 32
+MAX_RECORD = 64 * 1024 * 1024  # bytes; a peer announcing more is broken or hostile
+MAX_HANDSHAKE = 1024  # bytes we read before a handshake must be complete
+ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]
+
+
+class TransitProtocolError(TransitError):
+    """The peer or relay broke the transit protocol on one connection."""
+
+
+# ---- keys ------------------------------------------------------------------------------------
+
+def relay_token(key: bytes) -> str:
+    return hkdf(key, 32, b"transit_relay_token").hex()
+
+
+def relay_handshake(key: bytes, side: str) -> bytes:
+    return b"please relay " + relay_token(key).encode("ascii") + b" for side " + side.encode("ascii") + b"\n"
+
+
+def sender_handshake(key: bytes) -> bytes:
+    return b"transit sender " + hkdf(key, 32, b"transit_sender").hex().encode("ascii") + b" ready\n\n"
+
+
+def receiver_handshake(key: bytes) -> bytes:
+    return b"transit receiver " + hkdf(key, 32, b"transit_receiver").hex().encode("ascii") + b" ready\n\n"
+
+
+def record_keys(key: bytes, role: str) -> tuple[bytes, bytes]:
+    """(key we encrypt with, key we decrypt with) for `role`."""
+    s = hkdf(key, 32, b"transit_record_sender_key")
+    r = hkdf(key, 32, b"transit_record_receiver_key")
+    return (s, r) if role == "sender" else (r, s)
+
+
+def new_relay_side() -> str:
+    return os.urandom(8).hex()
+
+
+# ---- hints -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class TcpHint:
+    hostname: str
+    port: int
+    priority: float = field(default=0.0, compare=False)
+
+    def encode(self) -> dict:
+        return {"type": "direct-tcp-v1", "priority": self.priority, "hostname": self.hostname, "port": self.port}
+
+    @classmethod
+    def decode(cls, d: dict) -> TcpHint | None:
+        try:
+            host, port = d["hostname"], int(d["port"])
+            prio = float(d.get("priority", 0.0))
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not isinstance(host, str) or not host or not 0 < port < 65536:
+            return None
+        return cls(host, port, prio)
+
+
+def parse_helper(text: str) -> TcpHint:
+    """`tcp:HOST:PORT[:priority=F]` (the --transit-helper syntax); IPv6 hosts in [brackets]."""
+    if not text.startswith("tcp:"):
+        raise ValueError(f"transit helper must look like tcp:HOST:PORT, not {text!r}")
+    rest = text[4:]
+    prio = 0.0
+    if ":priority=" in rest:
+        rest, _, p = rest.rpartition(":priority=")
+        prio = float(p)
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit():
+        raise ValueError(f"transit helper must look like tcp:HOST:PORT, not {text!r}")
+    return TcpHint(host, int(port), prio)
+
+
+def encode_hints(direct: list[TcpHint], relays: list[TcpHint]) -> list[dict]:
+    hints = [h.encode() for h in direct]
+    for r in relays:
+        hints.append({"type": "relay-v1", "hints": [r.encode()]})
+    return hints
+
+
+def decode_hints(hints: list) -> tuple[list[TcpHint], list[TcpHint]]:
+    """(direct hints, relay hints) we can use; unknown types (tor, websocket) are skipped."""
+    direct: list[TcpHint] = []
+    relays: list[TcpHint] = []
+    for h in hints if isinstance(hints, list) else []:
+        if not isinstance(h, dict):
+            continue
+        if h.get("type") == "direct-tcp-v1":
+            t = TcpHint.decode(h)
+            if t:
+                direct.append(t)
+        elif h.get("type") == "relay-v1":
+            for sub in h.get("hints") or []:
+                if isinstance(sub, dict) and sub.get("type") == "direct-tcp-v1":
+                    t = TcpHint.decode(sub)
+                    if t:
+                        relays.append(t)
+        elif h.get("type") == "tcp":  # pre-0.10 relay hint spelling still seen in old clients
+            t = TcpHint.decode(h)
+            if t:
+                relays.append(t)
+    return direct, relays
+
+
+# ---- per-connection handshake ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RelayReady:
+    pass
+
+
+@dataclass(frozen=True)
+class PeerReady:
+    pass
+
+
+@dataclass(frozen=True)
+class Go:
+    pass
+
+
+class Handshake:
+    """The handshake on one candidate connection. Call start() once the key is known."""
+
+    def __init__(self, key: bytes, role: str, relay_side: str | None = None):
+        if role not in ("sender", "receiver"):
+            raise ValueError(role)
+        self.role = role
+        self._mine = sender_handshake(key) if role == "sender" else receiver_handshake(key)
+        self._theirs = receiver_handshake(key) if role == "sender" else sender_handshake(key)
+        self._relay = relay_handshake(key, relay_side) if relay_side else None
+        self.state = "relay" if self._relay else "peer"
+        self._buf = bytearray()
+
+    def start(self) -> bytes:
+        return self._relay if self._relay else self._mine
+
+    def feed(self, data: bytes) -> tuple[list, bytes]:
+        """Consume handshake bytes; return (events, bytes to write). Leftover goes to `leftover()`."""
+        self._buf += data
+        events: list = []
+        out = b""
+        while True:
+            want = {"relay": b"ok\n", "peer": self._theirs, "go": b"go\n"}.get(self.state)
+            if want is None:
+                break
+            n = min(len(self._buf), len(want))
+            if bytes(self._buf[:n]) != want[:n]:
+                raise TransitProtocolError(f"unexpected handshake bytes in state {self.state}")
+            if len(self._buf) < len(want):
+                break
+            del self._buf[: len(want)]
+            if self.state == "relay":
+                self.state = "peer"
+                events.append(RelayReady())
+                out += self._mine
+            elif self.state == "peer":
+                self.state = "wait-go" if self.role == "sender" else "go"
+                events.append(PeerReady())
+            else:
+                self.state = "records"
+                events.append(Go())
+        return events, out
+
+    def wanted(self) -> int:
+        """How many bytes complete the current step (so a reader never consumes record data)."""
+        want = {"relay": b"ok\n", "peer": self._theirs, "go": b"go\n"}.get(self.state, b"")
+        return max(len(want) - len(self._buf), 0)
+
+    def select(self) -> bytes:
+        """Sender only: this connection won; write the result and switch to records."""
+        assert self.role == "sender" and self.state == "wait-go"
+        self.state = "records"
+        return b"go\n"
+
+    def leftover(self) -> bytes:
+        out = bytes(self._buf)
+        self._buf.clear()
+        return out
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+class RecordEncoder:
+    def __init__(self, key: bytes):
+        self._box = SecretBox(key)
+        self._nonce = 0
+
+    def encode(self, plaintext: bytes | memoryview) -> bytes:
+        nonce = self._nonce.to_bytes(24, "big")
+        self._nonce += 1
+        ct = self._box.encrypt(bytes(plaintext), nonce)  # nonce || ciphertext
+        return len(ct).to_bytes(4, "big") + ct
+
+
+class RecordDecoder:
+    """Feed bytes, get plaintext records; or call decrypt() on one framed body (fast path)."""
+
+    def __init__(self, key: bytes, max_record: int = MAX_RECORD):
+        self._box = SecretBox(key)
+        self._nonce = 0
+        self._buf = bytearray()
+        self.max_record = max_record
+
+    def check_length(self, length: int) -> None:
+        if length < 24 + 16 or length > self.max_record:
+            raise TransitProtocolError(f"bad record length {length}")
+
+    def decrypt(self, body: bytes) -> bytes:
+        expected = self._nonce.to_bytes(24, "big")
+        if body[:24] != expected:
+            raise TransitProtocolError("bad record nonce (reordered, replayed or wrong key)")
+        try:
+            plaintext = self._box.decrypt(body[24:], expected)
+        except CryptoError as e:
+            raise TransitProtocolError("record failed to authenticate") from e
+        self._nonce += 1
+        return plaintext
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        out = []
+        while len(self._buf) >= 4:
+            length = int.from_bytes(self._buf[:4], "big")
+            self.check_length(length)
+            if len(self._buf) < 4 + length:
+                break
+            body = bytes(self._buf[4: 4 + length])
+            del self._buf[: 4 + length]
+            out.append(self.decrypt(body))
+        return out
+
+
+def ack_record(sha256_hex: str) -> bytes:
+    return json.dumps({"ack": "ok", "sha256": sha256_hex}).encode("utf-8")

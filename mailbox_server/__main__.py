@@ -1,0 +1,40 @@
+"""`burrow-mailbox` / `python -m mailbox_server`: parse the configuration and run until signalled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from common.config import describe, load_config
+from common.service import raise_nofile_limit, run_until_signalled, setup_logging
+
+from .config import MailboxConfig
+from .server import MailboxServer
+
+
+async def _run(config: MailboxConfig) -> None:
+    server = MailboxServer(config)
+
+    async def start() -> None:
+        port = await server.start()
+        # one parseable line so scripts and tests that pass --port 0 learn the real port
+        print(f"mailbox listening on port {port} admin port {server.admin_port}", flush=True)
+
+    await run_until_signalled(start, server.stop)
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = load_config(MailboxConfig, "mailbox", argv)
+    setup_logging(config.verbose)
+    logging.getLogger("mailbox_server").info("configuration:\n%s", describe(config))
+    raise_nofile_limit()
+    try:
+        asyncio.run(_run(config))
+    except KeyboardInterrupt:
+        pass
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

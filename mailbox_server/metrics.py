@@ -1,0 +1,71 @@
+"""Prometheus metrics of the mailbox server.
+
+Counters kept by the sans-IO core (messages, errors, refusals, moods) are read at scrape time by a
+collector, so the hot path only bumps plain integers. Labels are bounded: error texts are the fixed
+set in `messages.py`, limits and moods are fixed names; no label carries a side, code or address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from .server import MailboxServer
+
+P = "burrow_mailbox_"
+
+
+class _CoreCollector(Collector):
+    def __init__(self, server: MailboxServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        srv, core = self.server, self.server.core
+        yield GaugeMetricFamily(P + "connections", "open WebSocket connections", value=len(srv.conns))
+        yield GaugeMetricFamily(P + "mailboxes", "mailboxes stored (open channels)", value=core.mailbox_count)
+        yield GaugeMetricFamily(P + "nameplates", "nameplates claimed", value=core.nameplate_count)
+        yield CounterMetricFamily(P + "messages_total", "messages added", value=core.messages_total)
+        moods = CounterMetricFamily(P + "sessions_total", "finished mailboxes by mood (usage result)",
+                                    labels=["mood"])
+        np_moods = CounterMetricFamily(P + "nameplate_sessions_total", "finished nameplates by mood",
+                                       labels=["mood"])
+        for key, n in sorted(core.moods.items()):
+            if key.startswith("nameplate:"):
+                np_moods.add_metric([key.split(":", 1)[1]], n)
+            else:
+                moods.add_metric([key], n)
+        yield moods
+        yield np_moods
+        errors = CounterMetricFamily(P + "errors_total", "`error` replies sent, by error text", labels=["reason"])
+        for text, n in sorted(core.errors.items()):
+            errors.add_metric([text], n)
+        yield errors
+        refusals = CounterMetricFamily(P + "refusals_total", "requests refused by a limit", labels=["limit"])
+        for name, n in sorted((core.refusals + srv.refusals).items()):
+            refusals.add_metric([name], n)
+        yield refusals
+        yield CounterMetricFamily(P + "commits_total", "database transactions committed",
+                                  value=srv.store.commits if srv.store else 0)
+        yield CounterMetricFamily(P + "store_errors_total", "failed database transactions",
+                                  value=srv.store_errors)
+
+
+class Metrics:
+    def __init__(self, server: MailboxServer) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_CoreCollector(server))
+        self.connections_total = Counter(P + "connections_total", "WebSocket connections accepted",
+                                         registry=self.registry)
+        self.latency = Histogram(
+            P + "delivery_latency_seconds", "from receiving an `add` to writing it to a subscriber",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=self.registry)
+        self.commit_seconds = Histogram(
+            P + "commit_seconds", "duration of one grouped database transaction",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1),
+            registry=self.registry)

@@ -1,0 +1,186 @@
+"""One client connection: asyncio.Protocol + the `websockets` sans-IO ServerProtocol.
+
+No task per connection: bytes in -> WebSocket frames -> `MailboxCore.receive`; replies come back
+through `MailboxServer.enqueue` and leave after the tick's database commit. WebSocket pings are
+answered inside `websockets`; `GET /` answers like the reference ("Wormhole Relay"); only `/v1`
+upgrades; everything else is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from websockets.exceptions import PayloadTooBig
+from websockets.frames import BINARY as OP_BINARY
+from websockets.frames import CONT as OP_CONT
+from websockets.frames import TEXT as OP_TEXT
+from websockets.http11 import Request
+from websockets.protocol import CLOSED, OPEN
+from websockets.server import ServerProtocol
+
+if TYPE_CHECKING:
+    from .protocol import Session
+    from .server import MailboxServer
+
+log = logging.getLogger("mailbox_server")
+HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
+CLOSE_GRACE = 2.0  # seconds to wait for the client's close frame / TCP close after ours
+SERVER_HEADER = "Burrow Mailbox"
+
+
+def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
+    """(`your-address` for the welcome, the socket's IP) from X-Real-IP/X-Real-Port or the socket."""
+    sock_ip = str(peer[0]) if peer else ""
+    sock_port = int(peer[1]) if peer else 0
+    if sock_ip.startswith("::ffff:"):
+        sock_ip = sock_ip[7:]
+    real = headers.get("X-Real-IP")
+    if real:
+        you: dict[str, Any] = {}
+        port = headers.get("X-Real-Port", "")
+        if port.isdigit() and int(port) < 65536:  # the reference crashes on a missing port; we omit it
+            you["port"] = int(port)
+        you["ipv6" if ":" in real else "ipv4"] = real.strip()[:64]
+        return you, sock_ip
+    return {"port": sock_port, ("ipv6" if ":" in sock_ip else "ipv4"): sock_ip}, sock_ip
+
+
+class WSConnection(asyncio.Protocol):
+    def __init__(self, server: MailboxServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.ws = ServerProtocol(max_size=server.frame_limit)
+        self.session: Session | None = None
+        self.ip = ""
+        self.cap_ip: str | None = None  # key held in the connection caps
+        self.last_rx = time.monotonic()
+        self.close_reason = "client"
+        self.fragments: list[bytes] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+    # ---- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.timer = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_rx = time.monotonic()
+        self.ws.receive_data(data)
+        for event in self.ws.events_received():
+            if isinstance(event, Request):
+                self._handle_request(event)
+            elif self.session is not None:
+                self._handle_frame(event)
+        if self.ws.parser_exc is not None and self.close_reason == "client":
+            # websockets failed the connection (oversized frame: 1009, bad framing/UTF-8: 1002/1007)
+            too_big = isinstance(self.ws.parser_exc, PayloadTooBig)
+            self.close_reason = "limit" if too_big else "protocol"
+            if too_big:
+                self.server.refusals["message_bytes"] += 1
+            else:
+                self.server.core.errors["bad websocket frame"] += 1
+        self.flush_ws()
+
+    def eof_received(self) -> bool | None:
+        self.ws.receive_eof()
+        self.flush_ws()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.server.connection_gone(self)
+
+    # ---- handshake ---------------------------------------------------------------------------
+    def _handshake_timeout(self) -> None:
+        self.timer = None
+        if self.session is None and self.transport is not None:
+            self.transport.abort()
+
+    def _handle_request(self, request: Request) -> None:
+        path = request.path.split("?", 1)[0]
+        if path == "/v1":
+            response = self.ws.accept(request)
+        elif path == "/" and "upgrade" not in request.headers.get("Connection", "").lower():
+            response = self.ws.reject(200, "Wormhole Relay\n")
+        else:
+            response = self.ws.reject(404, "Not Found\n")
+        response.headers["Server"] = SERVER_HEADER
+        self.ws.send_response(response)
+        if response.status_code != 101:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        you, self.ip = address_of(self.transport.get_extra_info("peername"), request.headers)
+        key = self.ip
+        if self.server.config.trust_x_real_ip and request.headers.get("X-Real-IP"):
+            key = request.headers["X-Real-IP"].strip()
+        self.server.connection_open(self, you, key)
+
+    # ---- frames ------------------------------------------------------------------------------
+    def _handle_frame(self, frame: Any) -> None:
+        op = frame.opcode
+        if op is OP_TEXT or op is OP_BINARY:
+            if frame.fin:
+                self.server.receive(self, frame.data)
+            else:
+                self.fragments = [frame.data]
+        elif op is OP_CONT and self.fragments:
+            self.fragments.append(frame.data)
+            if frame.fin:
+                payload, self.fragments = b"".join(self.fragments), []
+                self.server.receive(self, payload)
+
+    # ---- output ------------------------------------------------------------------------------
+    def send_many(self, payloads: list[bytes]) -> None:
+        if self.ws.state is not OPEN:
+            return
+        for p in payloads:
+            self.ws.send_text(p)
+        self.flush_ws()
+
+    def flush_ws(self) -> None:
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        chunks = self.ws.data_to_send()
+        if chunks:
+            eof = chunks[-1] == b""
+            data = b"".join(chunks)
+            if data:
+                t.write(data)
+            if eof or self.ws.state is CLOSED:
+                t.close()
+                return
+            if t.get_write_buffer_size() > self.server.config.max_write_buffer:
+                self.server.refusals["write_buffer"] += 1
+                self.close_reason = "limit"
+                t.abort()
+                return
+        if self.ws.close_expected() and self.timer is None:
+            self.timer = self.server.loop.call_later(CLOSE_GRACE, self._force_close)
+
+    def drop(self, reason: str, text: str, code: int = 1008) -> None:
+        """Close with a close frame (after what was already written), then the TCP connection."""
+        if self.close_reason == "client":
+            self.close_reason = reason
+        if self.ws.state is OPEN:
+            self.ws.send_close(code, text[:120])
+        self.flush_ws()
+
+    def _force_close(self) -> None:
+        self.timer = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+    def ping(self) -> None:
+        if self.ws.state is OPEN:
+            self.ws.send_ping(b"")
+            self.flush_ws()
+
+
+

@@ -1,0 +1,1 @@
+"""DERP-compatible packet relay over HTTPS, with STUN on UDP (burrow-relay)."""

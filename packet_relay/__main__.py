@@ -1,0 +1,32 @@
+"""burrow-relay: parse flags, start the relay, run until SIGINT/SIGTERM; SIGHUP reloads the allow-list."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from common.config import describe, load_config
+from common.service import raise_nofile_limit, run_until_signalled, setup_logging
+
+from .config import RelayConfig
+from .server import RelayServer
+
+log = logging.getLogger("packet_relay")
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = load_config(RelayConfig, "relay", sys.argv[1:] if argv is None else argv)
+    setup_logging(config.verbose)
+    raise_nofile_limit()
+    log.info("configuration:\n%s", describe(config))
+    server = RelayServer(config)
+    try:
+        asyncio.run(run_until_signalled(server.start, server.stop, {signal.SIGHUP: server.reload}))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

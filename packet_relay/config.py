@@ -1,0 +1,54 @@
+"""burrow-relay configuration: every field is a flag `--field-name` and env `BURROW_RELAY_FIELD_NAME`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.config import setting
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """DERP-compatible packet relay over HTTPS, with STUN on UDP."""
+
+    host: str = setting("0.0.0.0", "address to bind the HTTPS, HTTP and STUN listeners to")
+    https_port: int = setting(8443, "HTTPS (TLS) port for DERP and the HTTP endpoints (0 = ephemeral, -1 = off)")
+    http_port: int = setting(0, "plain-HTTP port (0 = off): for running behind a TLS-terminating proxy")
+    tls_cert: str | None = setting(None, "PEM certificate chain for HTTPS")
+    tls_key: str | None = setting(None, "PEM private key for HTTPS")
+    dev_tls: bool = setting(False, "generate a self-signed certificate into --tls-dir (development)")
+    tls_dir: str = setting("var/tls", "where --dev-tls keeps its certificate")
+    stun_port: int = setting(3478, "UDP port for STUN (0 = off)")
+    stun_rate_per_source: float = setting(20.0, "STUN requests answered per source address", "requests/s")
+    stun_burst: int = setting(40, "STUN burst per source address", "requests")
+    key_file: str | None = setting(None, "server private key file, created (0600) if missing; "
+                                   "without it the key changes on every start")
+    event_log: str | None = setting(None, "append JSON event lines here")
+    admin_host: str = setting("127.0.0.1", "admin HTTP address (/metrics /healthz /readyz); "
+                              "use 0.0.0.0 in containers")
+    admin_port: int = setting(9402, "admin HTTP port (0 = ephemeral)")
+    node_name: str | None = setting(None, "instance name in the event log (default: host name)")
+    stats_interval: float = setting(60.0, "seconds between `stats` event lines", "s")
+    blur_usage: float | None = setting(None, "round event-log times and sizes to this many seconds", "s")
+    allow_list: str | None = setting(None, "file of allowed client public keys (hex), reloaded on SIGHUP")
+    access_callout_url: str | None = setting(None, "URL that must answer {\"allow\": true} for each client "
+                                             "(fails closed)")
+    access_callout_timeout: float = setting(5.0, "timeout of one access callout", "s")
+    mesh_key_file: str | None = setting(None, "file with the 64-hex mesh key; clients presenting it may "
+                                        "WatchConns, ClosePeer and ForwardPacket")
+    rate_limit_bytes_per_sec: int = setting(0, "per-client receive rate (0 = unlimited); over it, reading "
+                                            "pauses (TCP back-pressure)", "bytes/s")
+    rate_limit_burst_bytes: int = setting(0, "per-client burst (raised to at least 64 KiB + 32)", "bytes")
+    send_queue_depth: int = setting(32, "packets queued per client before the oldest is dropped", "packets")
+    max_packet_bytes: int = setting(65536, "largest packet payload a client may send", "bytes")
+    max_client_info_bytes: int = setting(262144, "largest ClientInfo frame accepted", "bytes")
+    handshake_timeout: float = setting(10.0, "seconds from connect to a finished DERP handshake", "s")
+    write_timeout: float = setting(10.0, "close a client whose socket accepts nothing for this long", "s")
+    keepalive_interval: float = setting(60.0, "KeepAlive period (plus up to 5 s of jitter)", "s")
+    max_connections: int = setting(0, "connections in total (0 = unlimited)")
+    max_connections_per_ip: int = setting(0, "connections per client address (0 = unlimited)")
+    max_dups_per_key: int = setting(8, "connections per public key; the oldest beyond it is closed")
+    restart_reconnect_ms: int = setting(1000, "Restarting frame: ask clients to reconnect after", "ms")
+    restart_try_for_ms: int = setting(60000, "Restarting frame: and to keep trying for", "ms")
+    shutdown_grace: float = setting(1.0, "seconds to let Restarting frames drain before closing", "s")
+    verbose: bool = setting(False, "debug logging")

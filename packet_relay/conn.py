@@ -1,0 +1,358 @@
+"""One client connection, as a thin asyncio Protocol: TLS (optional) -> HTTP -> DERP frames.
+
+in:  socket bytes; out: socket bytes. TLS is an ssl.MemoryBIO session (tlsio.py), WebSocket framing
+and DERP live in protocol/; this file only moves bytes between them, the registry and the timers.
+Writes are batched: deliver() queues, and one call_soon per loop pass flushes every dirty client
+with a single write each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+
+from .http_routes import handle_request
+from .protocol import frames as f
+from .protocol.connection import ClientHello, ServerConnection, Throttled
+from .protocol.handshake import ServerInfoJSON
+from .protocol.http import HttpError, RequestReader, response
+from .protocol.websocket import WebSocketStream
+from .queues import SendQueue
+from .tlsio import TLSError, TLSSession
+
+log = logging.getLogger(__name__)
+HIGH_WATER = 256 * 1024
+LOW_WATER = 64 * 1024
+KEEPALIVE_JITTER = 5.0
+_RECV_HDR = f.RECV_PACKET
+
+
+class RelayConn(asyncio.Protocol):
+    __slots__ = ("server", "transport", "tls", "ws", "phase", "reader", "machine", "key", "peer_ip",
+                 "kind", "started", "home", "mesh", "packets_in", "bytes_in", "packets_out",
+                 "bytes_out", "drops", "queue", "paused", "flush_pending", "timer", "write_timer",
+                 "close_reason", "registered", "admitted_cap")
+
+    protocol = "derp"
+
+    def __init__(self, server, use_tls: bool) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.tls = TLSSession(server.ssl_context) if use_tls else None
+        self.ws: WebSocketStream | None = None
+        self.phase = "http"
+        self.reader: RequestReader | None = RequestReader()
+        self.machine: ServerConnection | None = None
+        self.key = b""
+        self.peer_ip = ""
+        self.kind = "upgrade"
+        self.started = 0.0
+        self.home = False
+        self.mesh = False
+        self.packets_in = self.bytes_in = self.packets_out = self.bytes_out = 0
+        self.drops: dict[str, int] | None = None
+        self.queue = SendQueue(server.config.send_queue_depth)
+        self.paused = False
+        self.flush_pending = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.write_timer: asyncio.TimerHandle | None = None
+        self.close_reason = ""
+        self.registered = False
+        self.admitted_cap = False
+
+    # ---- asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer_ip = peer[0] if peer else ""
+        if self.server.caps.try_acquire(self.peer_ip) is not None:
+            self.server.stats.http["refused_limit"] += 1
+            transport.abort()
+            self.phase = "closed"
+            return
+        self.admitted_cap = True
+        transport.set_write_buffer_limits(HIGH_WATER, LOW_WATER)
+        self.server.conns.add(self)
+        self.timer = self.server.loop.call_later(self.server.config.handshake_timeout, self._deadline)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            if self.tls is not None:
+                data, back = self.tls.receive(data)
+                if back:
+                    self.transport.write(back)
+                if self.tls.peer_closed:
+                    if data and self.phase == "derp":
+                        self._derp_in(data)
+                    self.close("client")
+                    return
+                if not data:
+                    return
+            if self.phase == "derp":
+                self._derp_in(data)
+            elif self.phase == "http":
+                self._http_in(data)
+        except TLSError:
+            self.close("protocol" if self.phase == "derp" else "client")
+        except f.ProtocolError as exc:
+            self.server.stats.errors[(self.protocol, exc.reason)] += 1
+            log.debug("protocol error from client: %s", exc)
+            self.close("protocol")
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        if self.phase != "closed":
+            self.close("client")
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close, "timeout")
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.write_timer is not None:
+            self.write_timer.cancel()
+            self.write_timer = None
+        if len(self.queue):
+            self._schedule_flush()
+
+    # ---- HTTP phase
+    def _http_in(self, data: bytes) -> None:
+        try:
+            got = self.reader.feed(data)
+        except HttpError as exc:
+            self.server.stats.http["bad_request"] += 1
+            self.write_raw(response(exc.status, body=str(exc).encode() + b"\n"))
+            self.close("client")
+            return
+        if got is not None:
+            request, rest = got
+            self.reader = None
+            handle_request(self, request, rest)
+
+    def start_derp(self, kind: str, rest: bytes, ws: WebSocketStream | None) -> None:
+        """Called by the /derp route after the 101 (or none, with fast start)."""
+        cfg = self.server.config
+        self.phase = "derp"
+        self.kind = kind
+        self.ws = ws
+        self.started = time.time()
+        self.server.stats.connections[(self.protocol, kind)] += 1
+        rate = self.server.new_rate_bucket()
+        self.machine = ServerConnection(
+            self.server.private_key, time.monotonic(), handshake_timeout=cfg.handshake_timeout,
+            max_frame_len=cfg.max_packet_bytes + 2 * f.KEY_LEN, max_client_info_len=cfg.max_client_info_bytes,
+            rate=rate, server_public=self.server.public_key)
+        self.send(self.machine.greeting())
+        if rest:
+            self._derp_in(rest)
+
+    # ---- DERP phase
+    def _derp_in(self, data: bytes) -> None:
+        ws = self.ws
+        if ws is not None:
+            data = ws.feed(data)
+            back = ws.data_to_send()
+            if back:
+                self.write_raw(back)
+            if ws.closed:
+                self.close("client")
+                return
+        events = self.machine.receive_data(data, time.monotonic())
+        if not events:
+            return
+        registry = self.server.registry
+        send_packet = f.SendPacket
+        now = 0.0
+        for ev in events:
+            if type(ev) is send_packet:
+                self.packets_in += 1
+                self.bytes_in += len(ev.payload)
+                if not now:
+                    now = time.monotonic()
+                    registry.note_activity(self)
+                registry.route(self, ev.dst, ev.payload, now)
+            else:
+                self._event(ev)
+                if self.phase == "closed":
+                    return
+
+    def _event(self, ev) -> None:
+        t = type(ev)
+        if t is ClientHello:
+            self.key = ev.key
+            self.transport.pause_reading()  # bytes wait in the socket while access is checked
+            self.server.loop.create_task(self._verify(ev))
+        elif t is f.NotePreferred:
+            self.home = ev.preferred
+        elif t is f.Ping:
+            self.control(f.Pong(ev.data).encode())
+        elif t is Throttled:
+            self.server.stats.throttled[self.protocol] += 1
+            self.transport.pause_reading()
+            self.server.loop.call_later(ev.wait, self._unthrottle)
+        elif t is f.Pong:
+            pass
+        elif not self.mesh:
+            raise f.ProtocolError(f"{t.__name__} needs the mesh key")
+        elif t is f.WatchConns:
+            self.server.registry.add_watcher(self)
+        elif t is f.ClosePeer:
+            self.server.registry.close_key(ev.key, "denied")
+        elif t is f.ForwardPacket:
+            receiver = self.server.registry.active(ev.dst)
+            if receiver is None:
+                self.server.stats.drop(self.protocol, "unknown_dest_on_fwd")
+            else:
+                receiver.deliver(ev.src, ev.payload)
+
+    async def _verify(self, hello: ClientHello) -> None:
+        server = self.server
+        if hello.info.mesh_key and server.is_mesh_key(hello.info.mesh_key):
+            self.mesh = True
+            refusal = None
+        else:
+            refusal = await server.access.check(hello.key, self.peer_ip)
+        if self.phase == "closed":
+            return
+        if refusal is not None:
+            server.stats.denied[(self.protocol, refusal)] += 1
+            self.send(f.Health(f"access denied by {refusal}").encode())
+            self.close("denied")
+            return
+        self.send(self.machine.accept(server.server_info))
+        self.registered = True
+        server.registry.register(self)
+        if self.phase == "closed":  # register() may have closed an older duplicate, never us
+            return
+        self._arm_keepalive()
+        self.transport.resume_reading()
+        try:
+            self._derp_in(b"")  # frames that arrived behind ClientInfo
+        except f.ProtocolError as exc:
+            server.stats.errors[(self.protocol, exc.reason)] += 1
+            self.close("protocol")
+
+    def _unthrottle(self) -> None:
+        if self.phase != "derp":
+            return
+        self.transport.resume_reading()
+        try:
+            self._derp_in(b"")
+        except f.ProtocolError as exc:
+            self.server.stats.errors[(self.protocol, exc.reason)] += 1
+            self.close("protocol")
+
+    def _deadline(self) -> None:
+        self.timer = None
+        if self.phase == "http" or (self.machine is not None and not self.registered):
+            self.close("timeout")
+
+    def _arm_keepalive(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        delay = self.server.config.keepalive_interval + random.uniform(0, KEEPALIVE_JITTER)
+        self.timer = self.server.loop.call_later(delay, self._keepalive)
+
+    def _keepalive(self) -> None:
+        self.timer = None
+        if self.phase == "derp":
+            self.control(f.KeepAlive().encode())
+            self._arm_keepalive()
+
+    # ---- the peer interface used by the registry
+    def deliver(self, src: bytes, payload: bytes) -> None:
+        n = len(payload)
+        frame = f.header(_RECV_HDR, 32 + n) + src + payload
+        if self.queue.push_packet(frame, n):
+            self._drop("queue_head")
+        if not self.flush_pending:
+            self._schedule_flush()
+
+    def peer_gone(self, key: bytes, reason: int) -> None:
+        self.control(f.PeerGone(key, reason).encode())
+
+    def peer_present(self, key: bytes, flags: int) -> None:
+        self.control(f.PeerPresent(key, flags=flags).encode())
+
+    def control(self, frame: bytes) -> None:
+        if not self.queue.push_control(frame):
+            self._drop("control_overflow")
+        if not self.flush_pending:
+            self._schedule_flush()
+
+    def _drop(self, reason: str, n: int = 1) -> None:
+        if self.drops is None:
+            self.drops = {}
+        self.drops[reason] = self.drops.get(reason, 0) + n
+        self.server.stats.drops[(self.protocol, reason)] += n
+
+    def _schedule_flush(self) -> None:
+        if self.paused or self.phase == "closed":
+            return
+        self.flush_pending = True
+        self.server.mark_dirty(self)
+
+    def flush(self) -> None:
+        self.flush_pending = False
+        if self.phase != "derp" or self.paused:
+            return
+        data, packets, nbytes = self.queue.drain()
+        if data:
+            self.packets_out += packets
+            self.bytes_out += nbytes
+            self.send(data)
+
+    # ---- output
+    def send(self, data: bytes) -> None:
+        if self.ws is not None:
+            data = self.ws.wrap(data)
+        self.write_raw(data)
+
+    def write_raw(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.tls is not None:
+            try:
+                data = self.tls.encrypt(data)
+            except TLSError:
+                return
+        self.transport.write(data)
+
+    def close(self, reason: str) -> None:
+        if self.phase == "closed":
+            return
+        was_derp = self.phase == "derp"
+        self.phase = "closed"
+        self.close_reason = reason
+        for t in (self.timer, self.write_timer):
+            if t is not None:
+                t.cancel()
+        self.timer = self.write_timer = None
+        lost = self.queue.discard()
+        if lost:
+            self._drop("gone_disconnected", lost)
+        if self.machine is not None:
+            self.machine.close()
+        server = self.server
+        if self.registered:
+            self.registered = False
+            server.registry.unregister(self)
+        server.conns.discard(self)
+        if self.admitted_cap:
+            self.admitted_cap = False
+            server.caps.release(self.peer_ip)
+        if self.transport is not None and not self.transport.is_closing():
+            if self.ws is not None and not self.ws.closed:
+                self.write_raw(self.ws.close_frame(1001 if reason == "shutdown" else 1000))
+            if self.tls is not None:
+                tail = self.tls.close_notify()
+                if tail:
+                    self.transport.write(tail)
+            self.transport.close()
+        if was_derp:
+            server.connection_closed(self)

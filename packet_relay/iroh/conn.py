@@ -1,0 +1,375 @@
+"""One iroh relay client after the WebSocket upgrade: a thin asyncio Protocol around IrohSession.
+
+The relay's HTTP listener (packet_relay/conn.py) reads the request; the /relay route answers 101 and
+hands the transport (and its TLS session) to an IrohConn, which from then on moves bytes between
+TLS, the WebSocket message codec, the sans-IO session, the shared registry and the shared bounded
+send queue. Writes are batched like the DERP path: deliver() queues, one flush per loop pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+
+from ..protocol.frames import ProtocolError
+from ..queues import SendQueue
+from ..tlsio import TLSError
+from . import frames as f
+from .session import Authenticated, Closed, IrohSession
+from .websocket import MessageStream, binary_header, wrap
+
+log = logging.getLogger(__name__)
+MAX_EARLY_MESSAGES = 64      # frames a client may send while its access check runs
+PING_JITTER = (1.0, 5.0)     # seconds added to the ping interval, as the upstream relay does
+_DELIVER_TYPE = {f.CLIENT_TO_RELAY_DATAGRAM: bytes([f.RELAY_TO_CLIENT_DATAGRAM]),
+                 f.CLIENT_TO_RELAY_DATAGRAM_BATCH: bytes([f.RELAY_TO_CLIENT_DATAGRAM_BATCH])}
+
+
+class IrohConn(asyncio.Protocol):
+    protocol = "iroh"
+    kind = "websocket"
+    home = False   # iroh has no NotePreferred; the event-log field stays false
+    mesh = False
+
+    def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None) -> None:
+        self.service = service
+        self.server = service.server
+        self.transport = transport
+        self.tls = tls
+        self.peer_ip = peer_ip
+        self.token = token
+        self.ws = MessageStream()
+        st = service.settings
+        self.session = IrohSession(version, os.urandom(f.CHALLENGE_LEN), ping_interval=st.ping_interval,
+                                   pong_timeout=st.pong_timeout, jitter=lambda: random.uniform(*PING_JITTER))
+        self.phase = "iroh"
+        self.key: tuple[str, bytes] | None = None   # registry key: iroh ids live apart from DERP keys
+        self.endpoint_id = b""
+        self.started = time.time()
+        self.packets_in = self.bytes_in = self.packets_out = self.bytes_out = 0
+        self.drops: dict[str, int] | None = None
+        self.queue = SendQueue(self.server.config.send_queue_depth)
+        self.paused = self.flush_pending = self.registered = self.inactive = False
+        self.checking = self.throttled = False
+        self.rate_limited_told = False
+        self.early: list[bytes] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.write_timer: asyncio.TimerHandle | None = None
+        self.close_reason = ""
+        self.admitted_cap = False
+        self._last_dst = b""
+        self.rate = self.server.new_rate_bucket()
+
+    # ---- start (called by the /relay route after the 101)
+    def begin(self, rest: bytes) -> None:
+        server = self.server
+        server.conns.add(self)
+        server.stats.connections[(self.protocol, self.kind)] += 1
+        self.timer = server.loop.call_later(self.service.settings.handshake_timeout, self._handshake_expired)
+        self.send(self.session.start(time.monotonic()).send)
+        if rest:
+            self.data_received_plain(rest)
+
+    # ---- asyncio.Protocol
+    def data_received(self, data: bytes) -> None:
+        if self.phase == "closed":
+            return
+        if self.tls is not None:
+            try:
+                data, back = self.tls.receive(data)
+            except TLSError:
+                self.close("protocol")
+                return
+            if back:
+                self.transport.write(back)
+            if self.tls.peer_closed:
+                if data:
+                    self.data_received_plain(data)
+                self.close("client")
+                return
+            if not data:
+                return
+        self.data_received_plain(data)
+
+    def data_received_plain(self, data: bytes) -> None:
+        if self.rate is not None:
+            self._charge(len(data))
+        try:
+            messages = self.ws.feed_messages(data)
+        except ProtocolError as exc:
+            self._error("websocket", str(exc))
+            return
+        back = self.ws.data_to_send()
+        if back:
+            self.write_raw(back)
+        if messages:
+            self._messages(messages)
+        if self.ws.closed and self.phase != "closed":
+            self.close("client")
+
+    def _messages(self, messages: list[bytes]) -> None:
+        session = self.session
+        if session.state != "active":
+            if session.state == "checking":
+                self._hold(messages)
+                return
+            first, messages = messages[0], messages[1:]
+            self._slow(first)
+            if not messages or self.phase == "closed":
+                return
+            if session.state == "checking":
+                self._hold(messages)
+                return
+        now = time.monotonic()
+        fwd = session.forward
+        for m in messages:
+            if m and m[0] in _DELIVER_TYPE and session.state == "active":
+                got = fwd(m, now)
+                if got is None:
+                    self._error("malformed", "bad datagram frame")
+                    return
+                self._forward(m[0], *got)
+            else:
+                self._slow(m)
+                if self.phase == "closed":
+                    return
+
+    def _hold(self, messages: list[bytes]) -> None:
+        """Frames behind ClientAuth wait (bounded) until the access check has answered."""
+        if self.early is None:
+            self.early = []
+        self.early.extend(messages)
+        if len(self.early) > MAX_EARLY_MESSAGES:
+            self._error("early_frames", "too many frames before authentication finished")
+
+    def _slow(self, message: bytes) -> None:
+        out = self.session.receive(message, time.monotonic())
+        if out.send:
+            for frame in out.send:
+                self.control(frame)
+        for ev in out.events:
+            if type(ev) is Authenticated:
+                self.endpoint_id = ev.endpoint_id
+                self.key = ("iroh", ev.endpoint_id)
+                self.checking = True
+                self.transport.pause_reading()  # further bytes wait in the socket during the check
+                self.server.loop.create_task(self._admit())
+            elif type(ev) is Closed:
+                if ev.reason == "denied":  # bad signature: the denial frame goes out first
+                    self.server.stats.denied[(self.protocol, "signature")] += 1
+                    self.flush()
+                    self.close("denied")
+                elif ev.reason == "timeout":
+                    self.close("timeout")
+                else:
+                    self._error("protocol", ev.detail)
+                return
+
+    def _forward(self, kind: int, dst: bytes, body: bytes, payload: int) -> None:
+        self.packets_in += 1
+        self.bytes_in += payload
+        self.service.forward(self, dst, kind, body, payload)
+
+    async def _admit(self) -> None:
+        refusal = await self.service.check_access(self)
+        if self.phase == "closed":
+            return
+        if refusal is not None:
+            reason, text = refusal
+            self.server.stats.denied[(self.protocol, reason)] += 1
+            self.send(self.session.deny(text).send)
+            self.close("denied")
+            return
+        self.send(self.session.accept().send)
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.service.register(self)
+        if self.phase == "closed":
+            return
+        self._arm_timer()
+        self.checking = False
+        early, self.early = self.early, None
+        if early:
+            self._messages(early)
+        if self.phase != "closed" and not self.throttled:
+            self.transport.resume_reading()
+
+    # ---- timers
+    def _handshake_expired(self) -> None:
+        self.timer = None
+        if self.session.state != "active":
+            self.close("timeout")
+
+    def _arm_timer(self) -> None:
+        due = self.session.next_deadline()
+        if due is not None and self.phase != "closed":
+            self.timer = self.server.loop.call_at(self._loop_time(due), self._tick)
+
+    def _loop_time(self, monotonic_due: float) -> float:
+        return self.server.loop.time() + max(0.0, monotonic_due - time.monotonic())
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self.phase == "closed":
+            return
+        out = self.session.tick(time.monotonic())
+        for frame in out.send:
+            self.control(frame)
+        if any(type(ev) is Closed for ev in out.events):
+            self.close("timeout")
+            return
+        self._arm_timer()
+
+    # ---- rate limit: charged on bytes read, before WebSocket parsing, as upstream does
+    def _charge(self, n: int) -> None:
+        bucket = self.rate
+        now = time.monotonic()
+        if bucket.take(n, now):
+            return
+        bucket.tokens -= n  # go into debt and pause until it is paid back
+        wait = -bucket.tokens / bucket.rate
+        self.server.stats.throttled[self.protocol] += 1
+        self.throttled = True
+        self.transport.pause_reading()
+        self.server.loop.call_later(wait, self._unthrottle)
+        if not self.rate_limited_told and self.session.version == "iroh-relay-v2" and self.registered:
+            self.rate_limited_told = True
+            self.control(f.Status(f.STATUS_RATE_LIMITED).encode())
+
+    def _unthrottle(self) -> None:
+        self.throttled = False
+        if self.phase != "closed" and not self.checking:
+            self.transport.resume_reading()
+
+    # ---- write flow control
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close, "timeout")
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.write_timer is not None:
+            self.write_timer.cancel()
+            self.write_timer = None
+        if len(self.queue):
+            self._schedule_flush()
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        if self.phase != "closed":
+            self.close("client")
+
+    # ---- the peer interface used by the registry and the iroh service
+    def deliver_frame(self, kind: int, src: bytes, body: bytes, payload: int) -> None:
+        """Queue a datagram frame from `src`; the body (ECN [+ segment size] + data) is copied as is."""
+        head = _DELIVER_TYPE[kind]
+        frame = b"".join((binary_header(1 + f.KEY_LEN + len(body)), head, src, body))
+        if self.queue.push_packet(frame, payload):
+            self._drop("queue_head")
+        if not self.flush_pending:
+            self._schedule_flush()
+
+    def deliver(self, src, payload: bytes) -> None:
+        """Registry interface (DERP-style payloads never reach an iroh id: the address spaces differ)."""
+        raise TypeError("iroh connections receive datagram frames via deliver_frame")
+
+    def peer_gone(self, key, reason: int) -> None:
+        """Registry interface; EndpointGone is sent by the iroh service from its own sent_to map."""
+
+    def peer_present(self, key, flags: int) -> None:
+        """Registry interface for mesh watchers; iroh has no watchers."""
+
+    def endpoint_gone(self, endpoint_id: bytes) -> None:
+        self.control(f.EndpointGone(endpoint_id).encode())
+
+    def set_status(self, code: int) -> None:
+        """Duplicate ids: tell an older connection it became inactive, or that it is active again."""
+        self.inactive = code == f.STATUS_SAME_ENDPOINT_ID_CONNECTED
+        if code == f.STATUS_HEALTHY and self.session.version != "iroh-relay-v2":
+            return  # v1 has no "healthy again" message; an empty Health would read as a problem
+        self.control(self.session.status_frame(code))
+
+    def control(self, frame: bytes) -> None:
+        if not self.queue.push_control(wrap(frame)):
+            self._drop("control_overflow")
+        if not self.flush_pending:
+            self._schedule_flush()
+
+    def _drop(self, reason: str, n: int = 1) -> None:
+        if self.drops is None:
+            self.drops = {}
+        self.drops[reason] = self.drops.get(reason, 0) + n
+        self.server.stats.drops[(self.protocol, reason)] += n
+
+    def _schedule_flush(self) -> None:
+        if self.paused or self.phase == "closed":
+            return
+        self.flush_pending = True
+        self.server.mark_dirty(self)
+
+    def flush(self) -> None:
+        self.flush_pending = False
+        if self.phase == "closed" or self.paused:
+            return
+        data, packets, nbytes = self.queue.drain()
+        if data:
+            self.packets_out += packets
+            self.bytes_out += nbytes
+            self.write_raw(data)
+
+    # ---- output
+    def send(self, frames: list[bytes]) -> None:
+        """Handshake frames go out at once, ahead of anything queued."""
+        if frames:
+            self.write_raw(b"".join(wrap(fr) for fr in frames))
+
+    def write_raw(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.tls is not None:
+            try:
+                data = self.tls.encrypt(data)
+            except TLSError:
+                return
+        self.transport.write(data)
+
+    def _error(self, kind: str, detail: str) -> None:
+        self.server.stats.errors[(self.protocol, kind)] += 1
+        log.debug("iroh protocol error from client: %s", detail)
+        self.close("protocol")
+
+    def close(self, reason: str) -> None:
+        if self.phase == "closed":
+            return
+        self.phase = "closed"
+        self.close_reason = reason
+        for t in (self.timer, self.write_timer):
+            if t is not None:
+                t.cancel()
+        self.timer = self.write_timer = None
+        lost = self.queue.discard()
+        if lost:
+            self._drop("gone_disconnected", lost)
+        server = self.server
+        if self.registered:
+            self.registered = False
+            self.service.unregister(self)
+        server.conns.discard(self)
+        if self.admitted_cap:
+            self.admitted_cap = False
+            server.caps.release(self.peer_ip)
+        if self.transport is not None and not self.transport.is_closing():
+            if not self.ws.closed:
+                self.write_raw(self.ws.close_frame(1001 if reason == "shutdown" else 1000))
+            if self.tls is not None:
+                tail = self.tls.close_notify()
+                if tail:
+                    self.transport.write(tail)
+            self.transport.close()
+        server.connection_closed(self)

@@ -1,0 +1,238 @@
+"""Per-connection DERP state machines, sans-IO (the clock is an argument).
+
+ServerConnection
+  in:  bytes from the client (any chunking), the current time
+  out: bytes to send before the handshake (ServerKey, ServerInfo) and events afterwards
+  states: handshake -> verifying (ClientInfo opened, access check running) -> established -> closed
+ClientConnection
+  in:  bytes from the server
+  out: bytes to send (ClientInfo, Pong) and events (Connected, RecvPacket, PeerGone, Restarting, ...)
+  states: await_server_key -> await_server_info -> established -> closed
+
+After a ProtocolError the machine is terminal: every later call raises the same error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.limits import TokenBucket
+
+from . import frames as f
+from .handshake import (
+    ClientInfoJSON,
+    ServerInfoJSON,
+    make_client_info,
+    make_server_info,
+    open_client_info,
+    open_server_info,
+    public_key,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHello:
+    """ClientInfo opened: the adapter checks access, then calls accept() or deny()."""
+
+    key: bytes
+    info: ClientInfoJSON
+
+
+@dataclass(frozen=True, slots=True)
+class Throttled:
+    """The byte-rate limit is spent: stop reading for `wait` seconds, then call receive_data(b"")."""
+
+    wait: float
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    server_key: bytes
+    info: ServerInfoJSON
+
+
+class ServerConnection:
+    __slots__ = ("server_private", "server_public", "state", "deadline", "decoder", "client_key",
+                 "max_frame_len", "rate", "unknown_frames", "_held", "_error")
+
+    def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
+                 max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
+                 max_client_info_len: int = f.MAX_CLIENT_INFO_LEN,
+                 rate: TokenBucket | None = None, server_public: bytes | None = None) -> None:
+        self.server_private = server_private
+        self.server_public = server_public or public_key(server_private)
+        self.state = "handshake"
+        self.deadline = now + handshake_timeout
+        self.decoder = f.FrameDecoder(max_client_info_len)
+        self.max_frame_len = max_frame_len
+        self.client_key: bytes | None = None
+        self.rate = rate
+        self.unknown_frames = 0
+        self._held: tuple[int, bytes] | None = None
+        self._error: f.ProtocolError | None = None
+
+    def greeting(self) -> bytes:
+        """The server speaks first: ServerKey."""
+        return f.ServerKey(self.server_public).encode()
+
+    def handshake_expired(self, now: float) -> bool:
+        return self.state in ("handshake", "verifying") and now >= self.deadline
+
+    def accept(self, info: ServerInfoJSON | None = None) -> bytes:
+        if self.state != "verifying" or self.client_key is None:
+            raise f.HandshakeError("accept() outside of verification")
+        self.state = "established"
+        self.decoder.max_frame_len = self.max_frame_len
+        return make_server_info(self.server_private, self.client_key, info or ServerInfoJSON()).encode()
+
+    def deny(self) -> None:
+        self.state = "closed"
+
+    def close(self) -> None:
+        self.state = "closed"
+
+    def _fail(self, exc: f.ProtocolError) -> f.ProtocolError:
+        self._error = exc
+        self.state = "closed"
+        return exc
+
+    def receive_data(self, data: bytes, now: float) -> list:
+        if self._error is not None:
+            raise self._error
+        if self.state == "closed":
+            return []
+        try:
+            if data:
+                self.decoder.feed(data)
+            if self.state == "handshake":
+                return self._handshake()
+            if self.state == "verifying":
+                return []
+            return self._frames(now)
+        except f.ProtocolError as exc:
+            raise self._fail(exc) from None
+
+    def _handshake(self) -> list:
+        raw = self.decoder.next_raw()
+        if raw is None:
+            return []
+        ftype, payload = raw
+        if ftype != f.CLIENT_INFO:
+            raise f.HandshakeError(f"first frame must be ClientInfo, got type {ftype:#x}")
+        frame = f.ClientInfo.decode(payload)
+        info = open_client_info(self.server_private, frame)
+        self.client_key = frame.key
+        self.state = "verifying"
+        return [ClientHello(frame.key, info)]
+
+    def _frames(self, now: float) -> list:
+        events: list = []
+        decoder, rate = self.decoder, self.rate
+        while True:
+            raw = self._held or decoder.next_raw()
+            if raw is None:
+                return events
+            self._held = None
+            ftype, payload = raw
+            if rate is not None:
+                cost = max(len(payload), 1)
+                if not rate.take(min(cost, rate.burst), now):
+                    self._held = raw
+                    need = min(cost, rate.burst) - rate.tokens
+                    events.append(Throttled(max(need / rate.rate, 0.001)))
+                    return events
+            if ftype == f.SEND_PACKET:
+                events.append(f.SendPacket.decode(payload))
+            elif ftype == f.NOTE_PREFERRED:
+                events.append(f.NotePreferred.decode(payload))
+            elif ftype == f.PING:
+                events.append(f.Ping.decode(payload))
+            elif ftype == f.PONG:
+                events.append(f.Pong.decode(payload))
+            elif ftype == f.WATCH_CONNS:
+                events.append(f.WatchConns.decode(payload))
+            elif ftype == f.CLOSE_PEER:
+                events.append(f.ClosePeer.decode(payload))
+            elif ftype == f.FORWARD_PACKET:
+                events.append(f.ForwardPacket.decode(payload))
+            elif ftype == f.CLIENT_INFO:
+                raise f.HandshakeError("ClientInfo sent twice")
+            else:
+                self.unknown_frames += 1  # skipped, as derper does: newer clients may send more
+
+
+class ClientConnection:
+    __slots__ = ("client_private", "client_public", "server_key", "info", "state", "decoder",
+                 "_out", "_error", "unknown_frames")
+
+    def __init__(self, client_private: bytes, *, info: ClientInfoJSON | None = None,
+                 server_key: bytes | None = None, max_frame_len: int = f.MAX_CLIENT_FRAME_LEN) -> None:
+        """With `server_key` known in advance (fast start), ClientInfo goes out at once."""
+        self.client_private = client_private
+        self.client_public = public_key(client_private)
+        self.info = info or ClientInfoJSON()
+        self.server_key = server_key
+        self.decoder = f.FrameDecoder(max_frame_len)
+        self._out: list[bytes] = []
+        self._error: f.ProtocolError | None = None
+        self.unknown_frames = 0
+        self.state = "await_server_key"
+        if server_key is not None:
+            self._out.append(make_client_info(client_private, server_key, self.info).encode())
+            self.state = "await_server_info"
+
+    def data_to_send(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
+
+    def send_packet(self, dst: bytes, payload: bytes) -> bytes:
+        if len(dst) != f.KEY_LEN:
+            raise ValueError("destination key must be 32 bytes")
+        if len(payload) > f.MAX_PACKET_SIZE:
+            raise ValueError("packet larger than 64 KiB")
+        return f.header(f.SEND_PACKET, f.KEY_LEN + len(payload)) + dst + payload
+
+    def receive_data(self, data: bytes) -> list:
+        if self._error is not None:
+            raise self._error
+        try:
+            self.decoder.feed(data)
+            return self._frames()
+        except f.ProtocolError as exc:
+            self._error = exc
+            self.state = "closed"
+            raise
+
+    def _frames(self) -> list:
+        events: list = []
+        while True:
+            raw = self.decoder.next_raw()
+            if raw is None:
+                return events
+            ftype, payload = raw
+            if self.state == "await_server_key":
+                if ftype != f.SERVER_KEY:
+                    raise f.HandshakeError(f"expected ServerKey, got type {ftype:#x}")
+                self.server_key = f.ServerKey.decode(payload).key
+                self._out.append(make_client_info(self.client_private, self.server_key, self.info).encode())
+                self.state = "await_server_info"
+                continue
+            if ftype == f.SERVER_KEY:
+                continue  # fast start: the server still sends it; nothing to learn
+            if self.state == "await_server_info":
+                if ftype == f.HEALTH:  # a refusal (access denied) comes as Health before any ServerInfo
+                    raise f.HandshakeError(f"relay refused: {f.Health.decode(payload).problem}")
+                if ftype != f.SERVER_INFO:
+                    raise f.HandshakeError(f"expected ServerInfo, got type {ftype:#x}")
+                assert self.server_key is not None
+                info = open_server_info(self.client_private, self.server_key, f.ServerInfo.decode(payload))
+                self.state = "established"
+                events.append(Connected(self.server_key, info))
+                continue
+            frame = f.decode_frame(ftype, payload)
+            if isinstance(frame, f.UnknownFrame):
+                self.unknown_frames += 1
+                continue
+            if isinstance(frame, f.Ping) and self.info.can_ack_pings:
+                self._out.append(f.Pong(frame.data).encode())
+            events.append(frame)

@@ -1,0 +1,132 @@
+"""Who is connected, by public key, and where a packet goes; protocol-neutral.
+
+A peer is any connection object with:
+  key: bytes; protocol: str ("derp", "iroh")
+  deliver(src: bytes, payload: bytes) -> None      queue a packet (drops are the peer's business)
+  peer_gone(key: bytes, reason: int) -> None       tell it a key it talked to left (or is not here)
+  peer_present(key: bytes, flags: int) -> None     only for watchers
+  close(reason: str) -> None                        close with an event-log close_reason
+
+Duplicate keys: every connection stays open, and the one that receives is the most recent to
+connect, then whichever most recently sent (derper's "last writer is active"). At most
+`max_dups_per_key` connections per key: the oldest beyond that is closed as `duplicate`.
+PeerGone(Disconnected) goes to every peer that received from a key when its last connection goes.
+"""
+
+from __future__ import annotations
+
+from common.limits import TokenBucket
+
+from .protocol.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
+from .stats import RelayStats
+
+DISCO_MAGIC = "TS💬".encode()
+DISCO_MIN_LEN = 62
+MAX_SENT_TO = 4096          # receivers remembered per source for PeerGone
+NOT_HERE_RATE = 1.0         # PeerGone(NotHere) replies per second per sender, burst 3
+NOT_HERE_BURST = 3
+
+
+def looks_like_disco(payload: bytes) -> bool:
+    return len(payload) >= DISCO_MIN_LEN and payload[:6] == DISCO_MAGIC
+
+
+class Registry:
+    def __init__(self, stats: RelayStats, max_dups_per_key: int = 8) -> None:
+        self.stats = stats
+        self.max_dups_per_key = max_dups_per_key
+        self._active: dict[bytes, object] = {}
+        self._conns: dict[bytes, list] = {}
+        self._sent_to: dict[bytes, set[bytes]] = {}
+        self._not_here: dict[bytes, TokenBucket] = {}
+        self.watchers: set = set()
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._conns.values())
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._active
+
+    def active(self, key: bytes):
+        return self._active.get(key)
+
+    def peers(self) -> list:
+        return [p for conns in self._conns.values() for p in conns]
+
+    def register(self, peer) -> None:
+        conns = self._conns.setdefault(peer.key, [])
+        if conns:
+            self.stats.dup_conns += 1
+        conns.append(peer)
+        self._active[peer.key] = peer
+        self.stats.clients[peer.protocol] += 1
+        if len(conns) > self.max_dups_per_key:
+            conns[0].close("duplicate")  # its unregister() runs from close()
+        if len(conns) == 1:
+            for w in self.watchers:
+                w.peer_present(peer.key, PRESENT_IS_REGULAR)
+
+    def unregister(self, peer) -> None:
+        conns = self._conns.get(peer.key)
+        if not conns or peer not in conns:
+            return
+        conns.remove(peer)
+        self.watchers.discard(peer)
+        self.stats.clients[peer.protocol] -= 1
+        if conns:
+            if self._active.get(peer.key) is peer:
+                self._active[peer.key] = conns[-1]
+            return
+        del self._conns[peer.key]
+        self._active.pop(peer.key, None)
+        self._not_here.pop(peer.key, None)
+        for dst in self._sent_to.pop(peer.key, ()):
+            receiver = self._active.get(dst)
+            if receiver is not None:
+                receiver.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
+        for w in self.watchers:
+            w.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
+
+    def note_activity(self, peer) -> None:
+        """A connection sent something: with duplicates, it becomes the one that receives."""
+        if self._active.get(peer.key) is not peer and len(self._conns.get(peer.key, ())) > 1:
+            self._active[peer.key] = peer
+
+    def route(self, sender, dst: bytes, payload: bytes, now: float) -> bool:
+        """Deliver one packet from `sender` to the active connection of `dst`."""
+        receiver = self._active.get(dst)
+        if receiver is None:
+            self.stats.drops[(sender.protocol, "unknown_dest")] += 1
+            if looks_like_disco(payload):
+                self._reply_not_here(sender, dst, now)
+            return False
+        receiver.deliver(sender.key, payload)
+        proto = sender.protocol
+        self.stats.packets[proto] += 1
+        self.stats.bytes[proto] += len(payload)
+        seen = self._sent_to.get(sender.key)
+        if seen is None:
+            self._sent_to[sender.key] = {dst}
+        elif dst not in seen and len(seen) < MAX_SENT_TO:
+            seen.add(dst)
+        return True
+
+    def _reply_not_here(self, sender, dst: bytes, now: float) -> None:
+        bucket = self._not_here.get(sender.key)
+        if bucket is None:
+            bucket = self._not_here[sender.key] = TokenBucket(NOT_HERE_RATE, NOT_HERE_BURST, now)
+        if bucket.take(1, now):
+            sender.peer_gone(dst, PEER_GONE_NOT_HERE)
+
+    def add_watcher(self, peer) -> None:
+        """Mesh peers watch: every current key now, then each arrival and departure."""
+        self.watchers.add(peer)
+        for key in self._active:
+            if key != peer.key:
+                peer.peer_present(key, PRESENT_IS_REGULAR)
+
+    def close_key(self, key: bytes, reason: str) -> int:
+        conns = list(self._conns.get(key, ()))
+        for p in conns:
+            p.close(reason)
+        return len(conns)

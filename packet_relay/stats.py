@@ -1,0 +1,108 @@
+"""Relay counters, protocol-neutral, and their Prometheus view.
+
+The hot path only bumps plain ints in dicts; a custom collector turns them into metrics at scrape
+time, so forwarding a packet never touches prometheus_client. Labels carry the protocol (`derp`,
+`iroh`), a reason or a transport, never keys or addresses.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+
+class RelayStats:
+    def __init__(self) -> None:
+        self.clients: Counter[str] = Counter()          # protocol -> connected (registered) clients
+        self.connections: Counter[tuple[str, str]] = Counter()  # (protocol, transport) -> accepted
+        self.packets: Counter[str] = Counter()          # protocol of the sender -> packets forwarded
+        self.bytes: Counter[str] = Counter()
+        self.drops: Counter[tuple[str, str]] = Counter()  # (protocol, reason) -> packets dropped
+        self.closes: Counter[tuple[str, str]] = Counter()  # (protocol, close_reason)
+        self.errors: Counter[tuple[str, str]] = Counter()  # (protocol, kind) protocol errors
+        self.denied: Counter[tuple[str, str]] = Counter()  # (protocol, source) access refusals
+        self.http: Counter[str] = Counter()              # endpoint -> requests
+        self.unknown_frames: Counter[str] = Counter()
+        self.throttled: Counter[str] = Counter()         # protocol -> times reading paused
+        self.dup_conns = 0
+        self.stun_answered: Callable[[], int] = lambda: 0
+        # interval totals for the `stats` event
+        self._last_packets = 0
+        self._last_bytes = 0
+        self._last_drops: Counter[str] = Counter()
+        self._last_stun = 0
+
+    def drop(self, protocol: str, reason: str, n: int = 1) -> None:
+        self.drops[(protocol, reason)] += n
+
+    def interval(self) -> dict:
+        """Deltas since the previous call, shaped as the relay/stats event fields."""
+        packets, nbytes = sum(self.packets.values()), sum(self.bytes.values())
+        drops: Counter[str] = Counter()
+        for (_proto, reason), n in self.drops.items():
+            drops[reason] += n
+        stun = self.stun_answered()
+        out = {
+            "clients": sum(self.clients.values()),
+            "packets_interval": packets - self._last_packets,
+            "bytes_interval": nbytes - self._last_bytes,
+            "drops_interval": {r: n - self._last_drops.get(r, 0) for r, n in drops.items()
+                               if n - self._last_drops.get(r, 0)},
+            "stun_interval": max(0, stun - self._last_stun),
+        }
+        self._last_packets, self._last_bytes, self._last_drops, self._last_stun = packets, nbytes, drops, stun
+        return out
+
+
+class _Collector:
+    def __init__(self, stats: RelayStats) -> None:
+        self.stats = stats
+
+    def collect(self):
+        s = self.stats
+        g = GaugeMetricFamily("burrow_relay_clients", "Connected relay clients", labels=["protocol"])
+        for proto in ("derp", "iroh"):
+            g.add_metric([proto], s.clients.get(proto, 0))
+        yield g
+        yield _counter("burrow_relay_connections", "Relay connections accepted (after upgrade)",
+                       ["protocol", "transport"], s.connections)
+        yield _counter("burrow_relay_packets_forwarded", "Packets forwarded to a local client",
+                       ["protocol"], {(k,): v for k, v in s.packets.items()})
+        yield _counter("burrow_relay_forwarded_bytes", "Payload bytes forwarded",
+                       ["protocol"], {(k,): v for k, v in s.bytes.items()})
+        yield _counter("burrow_relay_packets_dropped", "Packets dropped, by reason",
+                       ["protocol", "reason"], s.drops)
+        yield _counter("burrow_relay_closes", "Relay connections closed, by reason",
+                       ["protocol", "reason"], s.closes)
+        yield _counter("burrow_relay_protocol_errors", "Connections closed for bad input, by kind",
+                       ["protocol", "kind"], s.errors)
+        yield _counter("burrow_relay_access_denied", "Clients refused by access control",
+                       ["protocol", "source"], s.denied)
+        yield _counter("burrow_relay_http_requests", "Plain HTTP requests, by endpoint",
+                       ["endpoint"], {(k,): v for k, v in s.http.items()})
+        yield _counter("burrow_relay_unknown_frames", "Unknown frame types skipped",
+                       ["protocol"], {(k,): v for k, v in s.unknown_frames.items()})
+        yield _counter("burrow_relay_throttled", "Times a client's reading was paused by its byte-rate limit",
+                       ["protocol"], {(k,): v for k, v in s.throttled.items()})
+        stun = CounterMetricFamily("burrow_relay_stun_answered", "STUN binding requests answered")
+        stun.add_metric([], s.stun_answered())
+        yield stun
+        dup = CounterMetricFamily("burrow_relay_duplicate_connections", "Connections that duplicated a live key")
+        dup.add_metric([], s.dup_conns)
+        yield dup
+
+
+def _counter(name: str, doc: str, labels: list[str], values) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc, labels=labels)
+    for key, value in values.items():
+        c.add_metric(list(key), value)
+    return c
+
+
+def make_registry(stats: RelayStats) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(_Collector(stats))
+    return registry

@@ -1,0 +1,1 @@
+"""PySpark jobs over the servers' event logs: ingest, load, sessions, capacity and the HTML report."""

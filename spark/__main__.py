@@ -1,0 +1,67 @@
+"""burrow-report: event logs -> Parquet and CSV tables + report.html (see docs/spark.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="burrow-report",
+        description="Relay load, session metrics and a capacity plan from Burrow event logs (PySpark).")
+    parser.add_argument("--logs", action="append", required=True, metavar="GLOB",
+                        help="event log files: a path, directory, glob or any Hadoop URI (hdfs://, s3a://); "
+                             "repeat the flag or separate with commas for several")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="output directory (local path or Hadoop URI); re-runs ingest only new input")
+    parser.add_argument("--master", default=None,
+                        help="Spark master URL (default local[*]; under spark-submit, the one it was given)")
+    parser.add_argument("--capacity", default=None, metavar="FILE",
+                        help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
+    parser.add_argument("--shuffle-partitions", type=int, default=None,
+                        help="spark.sql.shuffle.partitions (default 2 x cores, at least 4)")
+    parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode (default 2g)")
+    args = parser.parse_args(argv)
+    args.logs = [p.strip() for item in args.logs for p in item.split(",") if p.strip()]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+
+    def say(msg: str) -> None:
+        print(f"burrow-report: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        say("PySpark is not installed: pip install 'burrow[spark]' (needs Java 17+)")
+        sys.exit(2)
+    from .capacity import CapacityConfigError, load_capacity
+    from .ingest import IngestError
+    from .job import run_report
+    from .session import spark_session
+
+    try:
+        cfg = load_capacity(args.capacity)
+    except CapacityConfigError as exc:
+        say(f"error: {exc}")
+        sys.exit(2)
+    t0 = time.monotonic()
+    say("starting Spark" + (f" on {args.master}" if args.master else ""))
+    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory)
+    try:
+        result = run_report(spark, args.logs, args.out, cfg, log=say)
+    except IngestError as exc:
+        say(f"error: {exc}")
+        sys.exit(2)
+    finally:
+        spark.stop()
+    say(f"{result.events:,} events in the dataset; tables in {args.out}/tables; report {result.html} "
+        f"({time.monotonic() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

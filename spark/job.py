@@ -1,0 +1,108 @@
+"""The whole report: ingest, the transforms, and writing Parquet + CSV tables and report.html.
+
+Layout of --out:
+    events/day=YYYY-MM-DD/     the ingested events (Parquet), appended run after run
+    quarantine/                rejected lines with file, reason and version (Parquet)
+    _manifest.json             files and days already ingested
+    tables/<name>/ + tables/<name>.csv   each result table as Parquet and as one CSV file
+    report.html                the self-contained report
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import dataclass, field
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from . import capacity, fs, load, report, sessions
+from .capacity import CapacityConfig
+from .ingest import IngestError, IngestResult, ingest
+
+
+@dataclass
+class ReportResult:
+    ingest: IngestResult
+    events: int = 0
+    tables: dict[str, str] = field(default_factory=dict)
+    html: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def build_tables(events: DataFrame, cfg: CapacityConfig) -> dict[str, DataFrame]:
+    """Every result table from the events dataset (lazy; the caller caches what it reuses)."""
+    per_minute = load.load_per_minute(events).persist(StorageLevel.MEMORY_AND_DISK)
+    daily = load.daily_peaks(per_minute).persist(StorageLevel.MEMORY_AND_DISK)
+    facts = sessions.session_facts(events).persist(StorageLevel.MEMORY_AND_DISK)
+    plan = capacity.plan(daily, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    return {
+        "load_minute": per_minute,
+        "load_hour": load.load_per_hour(per_minute),
+        "daily_peaks": daily,
+        "session_outcomes": sessions.outcomes(facts),
+        "session_summary": sessions.summary(facts),
+        "session_distributions": sessions.distributions(facts),
+        "session_daily": sessions.daily(facts),
+        "capacity_plan": plan,
+        "capacity_by_service": capacity.plan_by_service(plan),
+        "capacity_forecast": capacity.forecast(daily, cfg),
+    }
+
+
+# Tables the HTML report draws from (all small: hours, days, groups).
+REPORT_TABLES = {"load_hour": "load_hour", "session_outcomes": "outcomes", "session_summary": "summary",
+                 "session_distributions": "distributions", "capacity_plan": "plan",
+                 "capacity_by_service": "plan_by_service", "capacity_forecast": "forecast"}
+
+
+def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConfig, log=print) -> ReportResult:
+    out = out.rstrip("/")
+    t0 = time.monotonic()
+    res = ReportResult(ingest=ingest(spark, logs, out, log=log))
+    log(f"ingest: {res.ingest.summary()}")
+    res.seconds["ingest"] = time.monotonic() - t0
+    events = spark.read.parquet(f"{out}/events")
+    tables = build_tables(events, cfg)
+    collected: dict[str, list[dict]] = {}
+    for name, df in tables.items():
+        t = time.monotonic()
+        df = df.persist(StorageLevel.MEMORY_AND_DISK) if name in REPORT_TABLES else df
+        path = f"{out}/tables/{name}"
+        df.write.mode("overwrite").parquet(path)
+        df.coalesce(1).write.mode("overwrite").option("header", True).csv(path + ".csv.parts")
+        fs.single_file(spark, path + ".csv.parts", ".csv", path + ".csv")
+        if name in REPORT_TABLES:
+            collected[REPORT_TABLES[name]] = [r.asDict() for r in df.collect()]
+        res.tables[name] = path
+        res.seconds[name] = time.monotonic() - t
+    days = tables["daily_peaks"]
+    span = days.agg({"day": "min"}).first()[0], days.agg({"day": "max"}).first()[0]
+    res.events = sum(n for n in _manifest_days(spark, out).values())
+    meta = {"generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "logs": logs,
+            "events": res.events, "first_day": span[0], "last_day": span[1], "ingest": res.ingest.summary(),
+            "rejected": res.ingest.rejected, "unknown_versions": res.ingest.unknown_versions,
+            "headroom": cfg.headroom, "horizon_days": cfg.horizon_days}
+    html = report.render({"meta": meta, **collected})
+    res.html = f"{out}/report.html"
+    if "://" in out or out.startswith(("file:", "hdfs:", "s3a:", "gs:", "abfs:")):
+        fs.write_text(spark, res.html, html)
+    else:
+        os.makedirs(out, exist_ok=True)
+        with open(res.html, "w", encoding="utf-8") as fh:
+            fh.write(html)
+    for df in tables.values():
+        df.unpersist()
+    res.seconds["total"] = time.monotonic() - t0
+    return res
+
+
+def _manifest_days(spark: SparkSession, out: str) -> dict[str, int]:
+    from .ingest import load_manifest
+
+    return load_manifest(spark, out)["days"]
+
+
+__all__ = ["IngestError", "ReportResult", "build_tables", "run_report"]

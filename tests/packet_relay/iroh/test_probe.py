@@ -1,0 +1,29 @@
+"""The iroh half of `burrow relay-probe` against a real relay (HTTP and HTTPS) and a broken one."""
+
+import pytest
+
+from packet_relay.iroh.probe import probe_iroh
+
+from ..derp_util import ca
+from .util import http_url, https_url, iroh_relay
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_probe_passes_against_our_relay(tmp_path, tls):
+    lines = []
+    async with iroh_relay(tmp_path) as server:
+        url = https_url(server) if tls else http_url(server)
+        failures = await probe_iroh(url, lambda ok, step, detail: lines.append((ok, step)),
+                                    ca_file=ca(server) if tls else None, count=3, timeout=5)
+    assert failures == 0
+    assert lines == [(True, "iroh-http"), (True, "iroh-login"), (True, "iroh-data"), (True, "iroh-ping")]
+
+
+async def test_probe_fails_where_iroh_is_not_served(tmp_path):
+    lines = []
+    async with iroh_relay(tmp_path) as server:
+        server.extra_routes.clear()  # a DERP-only relay
+        failures = await probe_iroh(http_url(server), lambda ok, step, detail: lines.append((ok, step)),
+                                    count=1, timeout=3)
+    assert failures == 2
+    assert lines == [(False, "iroh-http"), (False, "iroh-login")]

@@ -1,0 +1,105 @@
+"""Relay load transforms on small explicit DataFrames with hand-computed results."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from spark.load import daily_peaks, load_per_hour, load_per_minute
+
+from .conftest import event, events_df
+
+T0 = dt.datetime(1970, 1, 1)
+
+
+def minute(m: int) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=m)
+
+
+@pytest.fixture(scope="module")
+def per_minute(spark):
+    rows = [
+        # mailbox sessions A [0, 90) with 900 bytes and B [30, 90) with 600 bytes
+        event("mailbox", "mailbox", app_id="a", started=0.0, duration=90.0, waiting_time=5.0, mood="happy",
+              for_nameplate=True, sides=2, messages=4, bytes=900),
+        event("mailbox", "mailbox", app_id="a", started=30.0, duration=60.0, waiting_time=None, mood="lonely",
+              for_nameplate=True, sides=1, messages=1, bytes=600),
+        # connections [10, 30) and [30, 40): touching, never concurrent
+        event("mailbox", "connection", started=10.0, duration=20.0, app_id="a", client_impl="python",
+              client_version="0.24.0", messages_in=3, errors=0, close_reason="client"),
+        event("mailbox", "connection", started=30.0, duration=10.0, app_id="a", client_impl="python",
+              client_version="0.24.0", messages_in=3, errors=0, close_reason="client"),
+        event("mailbox", "stats", ts=60.0, interval=60.0, connections=1, mailboxes=1, nameplates=0,
+              messages_interval=5),
+        # transit pair [120, 180), second side from 140, 1200 bytes
+        event("transit", "session", started=120.0, duration=60.0, waiting_time=20.0, mood="happy",
+              transport="tcp", bytes_from_first=1000, bytes_from_second=200, total_bytes=1200),
+        # relay: three connections ending exactly at 300, when a fourth starts
+        *[event("relay", "connection", started=float(s), duration=300.0 - s, protocol="derp",
+                transport="upgrade", tls=True, home=True, packets_in=1, packets_out=1, bytes_in=b,
+                bytes_out=0, drops={}, close_reason="client")
+          for s, b in ((200, 100), (250, 50), (290, 10))],
+        event("relay", "connection", started=300.0, duration=30.0, protocol="iroh", transport="websocket",
+              tls=False, home=False, packets_in=1, packets_out=1, bytes_in=30, bytes_out=5,
+              drops={"queue_full": 2}, close_reason="timeout"),
+    ]
+    table = load_per_minute(events_df(spark, rows))
+    return {(r["service"], r["minute"]): r.asDict() for r in table.collect()}
+
+
+def test_mailbox_minutes(per_minute):
+    m0 = per_minute[("mailbox", minute(0))]
+    assert (m0["sessions_peak"], m0["sessions_avg"], m0["connections_peak"], m0["connections_avg"]) == (2, 1.5, 1, 0.5)
+    assert m0["bytes"] == pytest.approx(900.0) and m0["starts"] == 2
+    assert m0["bytes_per_s"] == pytest.approx(15.0)
+    m1 = per_minute[("mailbox", minute(1))]
+    assert (m1["sessions_peak"], m1["sessions_avg"], m1["connections_peak"], m1["connections_avg"]) == (2, 1.0, 0, 0.0)
+    assert m1["bytes"] == pytest.approx(600.0) and m1["starts"] == 0
+    assert {k[1] for k in per_minute if k[0] == "mailbox"} == {minute(0), minute(1)}
+
+
+def test_transit_counts_both_connections_of_a_pair(per_minute):
+    m2 = per_minute[("transit", minute(2))]
+    assert (m2["sessions_peak"], m2["connections_peak"]) == (1, 2)
+    assert m2["connections_avg"] == pytest.approx(100 / 60)
+    assert m2["bytes"] == pytest.approx(1200.0)
+    # the pair ended exactly at 180: nothing is open in minute 3
+    m3 = per_minute[("transit", minute(3))]
+    assert (m3["sessions_peak"], m3["connections_peak"], m3["bytes"]) == (0, 0, 0.0)
+
+
+def test_relay_ends_at_the_minute_boundary_are_not_counted(per_minute):
+    m3 = per_minute[("relay", minute(3))]
+    assert m3["sessions_peak"] == 1  # [180, 240): only the one from 200
+    m4 = per_minute[("relay", minute(4))]
+    assert m4["sessions_peak"] == 3 and m4["starts"] == 2  # 250 and 290 join the one from 200
+    # at 300 three end and one starts: minute 5 never sees more than one
+    m5 = per_minute[("relay", minute(5))]
+    assert m5["sessions_peak"] == 1 and m5["sessions_avg"] == pytest.approx(0.5)
+    assert m5["bytes"] == pytest.approx(30.0)
+    total = sum(r["bytes"] for (svc, _), r in per_minute.items() if svc == "relay")
+    assert total == pytest.approx(190.0)
+
+
+def test_hourly_percentiles_and_daily_peaks(spark, per_minute):
+    from pyspark.sql import Row
+
+    rows = [Row(service="relay", minute=minute(m), sessions_peak=m, sessions_avg=float(m), connections_peak=2 * m,
+                connections_avg=0.0, bytes=60.0 * m, bytes_per_s=float(m), starts=1) for m in range(60)]
+    rows.append(Row(service="relay", minute=minute(60), sessions_peak=500, sessions_avg=1.0, connections_peak=7,
+                    connections_avg=0.0, bytes=6000.0, bytes_per_s=100.0, starts=3))
+    df = spark.createDataFrame(rows)
+    hours = load_per_hour(df).collect()
+    h0 = hours[0]
+    assert h0["sessions_peak"] == 59 and h0["connections_peak"] == 118 and h0["starts"] == 60
+    # exact percentile of 0..59 with linear interpolation: p50 = 29.5, p95 = 56.05, p99 = 58.41
+    assert h0["sessions_p50"] == pytest.approx(29.5)
+    assert h0["sessions_p95"] == pytest.approx(56.05)
+    assert h0["sessions_p99"] == pytest.approx(58.41)
+    assert h0["bytes_per_s_p50"] == pytest.approx(29.5) and h0["bytes_per_s_peak"] == 59.0
+    assert hours[1]["sessions_peak"] == 500 and hours[1]["sessions_p99"] == 500
+    day = daily_peaks(df).collect()
+    assert len(day) == 1
+    assert (day[0]["sessions_peak"], day[0]["connections_peak"], day[0]["bytes_per_s_peak"], day[0]["sessions"]) == (
+        500, 118, 100.0, 63)

@@ -1,0 +1,63 @@
+import asyncio
+import json
+import socket
+
+import pytest
+
+from transit_relay.config import TransitConfig
+from transit_relay.server import TransitServer
+
+TOKEN = b"0123456789abcdef" * 4
+
+
+def hs(side: bytes | None = None, token: bytes = TOKEN) -> bytes:
+    if side is None:
+        return b"please relay " + token + b"\n"
+    return b"please relay " + token + b" for side " + side * (16 // len(side)) + b"\n"
+
+
+def read_events(path, event="session"):
+    try:
+        lines = open(path).read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [r for r in map(json.loads, lines) if r["event"] == event]
+
+
+async def wait_for(predicate, timeout=5.0):
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+@pytest.fixture
+async def make_server(tmp_path):
+    servers = []
+
+    async def make(**overrides):
+        settings = dict(host="127.0.0.1", port=0, websocket_port=0, admin_port=0,
+                        event_log=str(tmp_path / f"transit{len(servers)}.jsonl"))
+        settings.update(overrides)
+        server = TransitServer(TransitConfig(**settings))
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        await server.stop()
+
+
+@pytest.fixture
+async def server(make_server):
+    return await make_server()
+
+
+async def connect(srv):
+    return await asyncio.open_connection("127.0.0.1", srv.port)
+
+
+def raw_socket(srv) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", srv.port))

@@ -1,0 +1,28 @@
+"""burrow-transit: parse flags and environment, start the relay, run until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from common.config import describe, load_config
+from common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from transit_relay.config import TransitConfig
+from transit_relay.server import TransitServer
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = load_config(TransitConfig, "transit", sys.argv[1:] if argv is None else argv)
+    setup_logging(config.verbose)
+    raise_nofile_limit()
+    logging.getLogger("burrow.transit").info("config:\n%s", describe(config))
+    server = TransitServer(config)
+    try:
+        asyncio.run(run_until_signalled(server.start, server.stop))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

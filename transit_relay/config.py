@@ -1,0 +1,55 @@
+"""Configuration of burrow-transit: every field is a flag `--field-name` and env `BURROW_TRANSIT_FIELD_NAME`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.config import setting
+from transit_relay.protocol import Limits
+
+
+@dataclass(frozen=True)
+class TransitConfig:
+    """burrow-transit: the magic-wormhole `please relay` transit helper (TCP and WebSocket)."""
+
+    host: str = setting("0.0.0.0", "address to listen on for TCP and WebSocket clients")
+    port: int = setting(4001, "TCP port for `please relay` clients (0 = any free port)")
+    websocket_port: int = setting(4002, "WebSocket transit port; negative disables WebSocket (0 = any free port)")
+    admin_host: str = setting("127.0.0.1", "address of the admin HTTP server (/metrics /healthz /readyz)")
+    admin_port: int = setting(9401, "admin HTTP port; negative disables it (0 = any free port)")
+    event_log: str | None = setting(None, "append one JSON line per session here (docs/events.md)")
+    node_name: str | None = setting(None, "name of this instance in the event log (default: host name)")
+    stats_interval: float = setting(60.0, "seconds between `stats` event lines", unit="s")
+    blur_usage: float | None = setting(None, "round event times down to this many seconds and byte counts "
+                                             "up into coarse buckets (privacy)", unit="s")
+    handshake_timeout: float = setting(30.0, "close connections that have not sent a complete handshake "
+                                             "this long after connecting", unit="s")
+    pending_timeout: float = setting(600.0, "close a handshaken connection whose partner has not come "
+                                            "after this long (mood lonely)", unit="s")
+    idle_timeout: float = setting(3600.0, "close a pair after this long with no byte in either direction; "
+                                          "0 disables (Dilation sends keepalives every 30 s)", unit="s")
+    max_pending: int = setting(10000, "connections that may wait for a partner at once (0 = unlimited)")
+    max_pairs: int = setting(10000, "pairs that may relay at once (0 = unlimited)")
+    max_connections: int = setting(30000, "open client connections in total (0 = unlimited)")
+    max_connections_per_ip: int = setting(256, "open client connections per source address (0 = unlimited)")
+    splice: bool = setting(True, "TCP<->TCP pairs use zero-copy splice(2) where the OS has it")
+    pipe_size: int = setting(1048576, "pipe capacity per busy splice direction (caps relay memory)", unit="bytes")
+    buffer_size: int = setting(262144, "user-space buffer per direction (non-splice and WebSocket paths)",
+                               unit="bytes")
+    websocket_max_message: int = setting(1048576, "largest WebSocket message accepted", unit="bytes")
+    websocket_max_queue: int = setting(4, "WebSocket messages queued per connection before reading pauses")
+    verbose: bool = setting(False, "debug logging")
+
+    def __post_init__(self) -> None:
+        for name in ("handshake_timeout", "pending_timeout", "stats_interval"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.idle_timeout < 0:
+            raise ValueError("idle_timeout must be >= 0")
+        if self.pipe_size < 4096 or self.buffer_size < 1024:
+            raise ValueError("pipe_size must be >= 4096 and buffer_size >= 1024")
+
+    def limits(self) -> Limits:
+        return Limits(handshake_timeout=self.handshake_timeout, pending_timeout=self.pending_timeout,
+                      idle_timeout=self.idle_timeout, max_pending=self.max_pending, max_pairs=self.max_pairs,
+                      max_connections=self.max_connections, max_per_ip=self.max_connections_per_ip)

@@ -1,0 +1,266 @@
+"""Byte pumps between two paired TCP sockets, driven by event-loop readiness callbacks.
+
+On Linux each direction moves data socket -> pipe -> socket with non-blocking splice(2): the payload
+never enters user space. Elsewhere (or with `--no-splice`) a direction uses one bounded buffer with
+recv_into/send. Either way a direction stops reading while its destination cannot take more, so a
+slow reader throttles its writer and the relay holds at most one pipe (or buffer) per direction.
+
+Half-close is passed through: EOF from A becomes shutdown(SHUT_WR) on B; both sockets are closed when
+both directions have ended. Any socket error ends the pair at once (both closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import socket
+from collections.abc import Callable
+
+from transit_relay.protocol import PairState
+
+HAVE_SPLICE = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
+_SPLICE_FLAGS = (os.SPLICE_F_NONBLOCK | os.SPLICE_F_MOVE) if HAVE_SPLICE else 0
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_ROUNDS = 8  # chunks moved per readiness callback before yielding to other pairs
+
+
+class PipePool:
+    """Reuses pipes: a direction holds one only while data sits in it (or it is being read into)."""
+
+    def __init__(self, size: int, max_idle: int = 64) -> None:
+        self.wanted = size
+        self.max_idle = max_idle
+        self._idle: list[tuple[int, int, int]] = []
+        self.in_use = 0
+
+    def get(self) -> tuple[int, int, int]:
+        self.in_use += 1
+        if self._idle:
+            return self._idle.pop()
+        r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            size = fcntl.fcntl(w, _F_SETPIPE_SZ, self.wanted)
+        except OSError:  # over the per-user pipe quota: keep the kernel's default size
+            size = 65536
+        return r, w, size
+
+    def put(self, pipe: tuple[int, int, int], empty: bool) -> None:
+        self.in_use -= 1
+        if empty and len(self._idle) < self.max_idle:
+            self._idle.append(pipe)
+        else:
+            os.close(pipe[0])
+            os.close(pipe[1])
+
+    def close(self) -> None:
+        for r, w, _ in self._idle:
+            os.close(r)
+            os.close(w)
+        self._idle.clear()
+
+
+class _Direction:
+    """src -> dst. Reads only while nothing is waiting for dst; `held` is what the relay buffers."""
+
+    def __init__(self, fwd: TcpPairForwarder, src: socket.socket, dst: socket.socket, first: bool) -> None:
+        self.fwd = fwd
+        self.loop = fwd.loop
+        self.src, self.dst = src, dst
+        self.src_fd, self.dst_fd = src.fileno(), dst.fileno()
+        self.first = first  # counts into bytes_from_first
+        self.held = 0
+        self.done = False
+        self.eof = False
+
+    def start(self) -> None:
+        self.loop.add_reader(self.src_fd, self._readable)
+
+    def _count(self, n: int) -> None:
+        if self.first:
+            self.fwd.pair.bytes_from_first += n
+        else:
+            self.fwd.pair.bytes_from_second += n
+
+    def _readable(self) -> None:
+        try:
+            for _ in range(_ROUNDS):
+                got = self._read()
+                if got == 0:
+                    self.eof = True
+                    break
+                if got < 0 or not self._flush():
+                    break
+                if got < self.chunk:
+                    break
+        except OSError:
+            self.fwd.abort()
+            return
+        if self.held:  # destination is full: stop reading until it drains
+            self.loop.remove_reader(self.src_fd)
+            self.loop.add_writer(self.dst_fd, self._writable)
+        elif self.eof:
+            self._finish()
+        self._idle()
+
+    def _writable(self) -> None:
+        try:
+            if not self._flush():
+                return
+        except OSError:
+            self.fwd.abort()
+            return
+        self.loop.remove_writer(self.dst_fd)
+        self._idle()
+        if self.eof:
+            self._finish()
+        else:
+            self.loop.add_reader(self.src_fd, self._readable)
+
+    def _finish(self) -> None:
+        self.loop.remove_reader(self.src_fd)
+        self.done = True
+        try:
+            self.dst.shutdown(socket.SHUT_WR)  # pass the half-close on
+        except OSError:
+            pass
+        self.fwd.direction_done()
+
+    def stop(self) -> None:
+        self.loop.remove_reader(self.src_fd)
+        self.loop.remove_writer(self.dst_fd)
+        self.release()
+
+    # subclasses: chunk, _read() -> bytes read (0 = EOF, -1 = nothing yet), _flush() -> drained?
+    chunk = 0
+
+    def _read(self) -> int:
+        raise NotImplementedError
+
+    def _flush(self) -> bool:
+        raise NotImplementedError
+
+    def _idle(self) -> None:
+        """Called when a callback ends; may give resources back."""
+
+    def release(self) -> None:
+        """Free buffers when the pair ends."""
+
+
+class _SpliceDirection(_Direction):
+    def __init__(self, *args, pool: PipePool) -> None:
+        super().__init__(*args)
+        self.pool = pool
+        self.pipe: tuple[int, int, int] | None = None
+        self.chunk = pool.wanted
+
+    def _read(self) -> int:
+        if self.pipe is None:
+            self.pipe = self.pool.get()
+            self.chunk = self.pipe[2]
+        try:
+            n = os.splice(self.src_fd, self.pipe[1], self.chunk, flags=_SPLICE_FLAGS)
+        except BlockingIOError:
+            return -1
+        self.held += n
+        return n
+
+    def _flush(self) -> bool:
+        pipe_r = self.pipe[0] if self.pipe else -1
+        while self.held:
+            try:
+                n = os.splice(pipe_r, self.dst_fd, self.held, flags=_SPLICE_FLAGS)
+            except BlockingIOError:
+                return False
+            self.held -= n
+            self._count(n)
+        return True
+
+    def _idle(self) -> None:
+        if self.pipe is not None and not self.held:
+            self.pool.put(self.pipe, empty=True)
+            self.pipe = None
+
+    def release(self) -> None:
+        if self.pipe is not None:
+            self.pool.put(self.pipe, empty=not self.held)
+            self.pipe = None
+            self.fwd.dropped += self.held
+            self.held = 0
+
+
+class _CopyDirection(_Direction):
+    def __init__(self, *args, bufsize: int) -> None:
+        super().__init__(*args)
+        self.buf = bytearray(bufsize)
+        self.view = memoryview(self.buf)
+        self.chunk = bufsize
+        self.off = 0
+
+    def _read(self) -> int:
+        try:
+            n = self.src.recv_into(self.buf)
+        except BlockingIOError:
+            return -1
+        self.off, self.held = 0, n
+        return n
+
+    def _flush(self) -> bool:
+        while self.held:
+            try:
+                n = self.dst.send(self.view[self.off:self.off + self.held])
+            except BlockingIOError:
+                return False
+            self.off += n
+            self.held -= n
+            self._count(n)
+        return True
+
+    def release(self) -> None:
+        self.fwd.dropped += self.held
+        self.held = 0
+
+
+class TcpPairForwarder:
+    """Relays both directions of a TCP<->TCP pair; calls `on_done()` once both sockets are closed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, a: socket.socket, b: socket.socket,
+                 pair: PairState, on_done: Callable[[], None], pool: PipePool | None,
+                 bufsize: int = 262144) -> None:
+        self.loop = loop
+        self.pair = pair
+        self.socks = (a, b)
+        self.on_done = on_done
+        self.closed = False
+        self.dropped = 0  # bytes still buffered when an aborted pair was torn down
+        if pool is not None and HAVE_SPLICE:
+            self.dirs = (_SpliceDirection(self, a, b, True, pool=pool),
+                         _SpliceDirection(self, b, a, False, pool=pool))
+        else:
+            self.dirs = (_CopyDirection(self, a, b, True, bufsize=bufsize),
+                         _CopyDirection(self, b, a, False, bufsize=bufsize))
+
+    @property
+    def held(self) -> int:
+        return sum(d.held for d in self.dirs)
+
+    def start(self) -> None:
+        for d in self.dirs:
+            d.start()
+
+    def direction_done(self) -> None:
+        if all(d.done for d in self.dirs):
+            self._close()
+
+    def abort(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for d in self.dirs:
+            d.stop()
+        for s in self.socks:
+            s.close()
+        self.on_done()

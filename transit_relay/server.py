@@ -1,0 +1,252 @@
+"""The asyncio adapter: TCP accept loop, per-connection handshake reading, action dispatch, timers.
+
+Connections are plain non-blocking sockets watched with loop.add_reader (no Protocol objects, no task
+per connection), so pairing costs a few callbacks. Once paired, TCP<->TCP pairs are handed to
+forwarding.TcpPairForwarder; pairs with a WebSocket side go through websocket.StreamPair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+
+from common.admin import AdminServer
+from common.events import EventLog
+from transit_relay.config import TransitConfig
+from transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
+from transit_relay.metrics import make_registry
+from transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
+
+log = logging.getLogger("burrow.transit")
+_ACCEPT_BURST = 64
+_HANDSHAKE_READ = 4096
+
+
+class TcpEndpoint:
+    """One TCP client: reads its handshake, then belongs to a forwarder (or a StreamPair)."""
+
+    transport = "tcp"
+
+    def __init__(self, server: TransitServer, sock: socket.socket, conn: Conn) -> None:
+        self.server = server
+        self.loop = server.loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.conn = conn
+        self.forwarder: TcpPairForwarder | None = None
+        self.stream = None  # websocket.StreamPair when paired with a WebSocket
+        self.closed = False
+
+    def start(self) -> None:
+        self.loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(_HANDSHAKE_READ)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        now = self.server.clock()
+        if not data:
+            actions = self.server.relay.lost(self.conn, now)
+            self._drop()
+        else:
+            actions = self.server.relay.receive(self.conn, data, now)
+        self.server.dispatch(actions)
+
+    def take_over(self) -> None:
+        """Paired: stop handshake reading and send `ok` (the socket buffer is empty, so it fits)."""
+        self.loop.remove_reader(self.fd)
+        with contextlib.suppress(OSError):
+            self.sock.send(OK)
+
+    def close(self, reply: bytes | None = None) -> None:
+        if self.forwarder is not None:
+            self.forwarder.abort()
+        elif self.stream is not None:
+            self.stream.abort()
+        elif not self.closed:
+            if reply:
+                with contextlib.suppress(OSError):
+                    self.sock.send(reply)
+            self._drop()
+
+    def _drop(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.fd)
+            self.sock.close()
+
+    # -- used by websocket.StreamPair (TCP side of a mixed pair) --------------------------
+    async def pump_to(self, partner, pair: PairState, first: bool) -> None:
+        bufsize = self.server.config.buffer_size
+        while True:
+            data = await self.loop.sock_recv(self.sock, bufsize)
+            if not data:
+                return
+            await partner.write(data)
+            if first:
+                pair.bytes_from_first += len(data)
+            else:
+                pair.bytes_from_second += len(data)
+
+    async def write(self, data: bytes) -> None:
+        await self.loop.sock_sendall(self.sock, data)
+
+    def shut(self) -> None:
+        """Wake any pending recv/send on this socket without closing the fd under them."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+
+class TransitServer:
+    def __init__(self, config: TransitConfig, clock=time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.relay = Relay(config.limits())
+        self.events = EventLog(config.event_log, "transit", node=config.node_name, blur=config.blur_usage)
+        self.pool = PipePool(config.pipe_size) if config.splice and HAVE_SPLICE else None
+        self.forwarders: set[TcpPairForwarder] = set()
+        self.streams: set = set()
+        self.registry = make_registry(self.relay, self.buffered)
+        self.admin: AdminServer | None = None
+        self.websocket = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self.port: int | None = None
+        self.websocket_port: int | None = None
+        self.admin_port: int | None = None
+        self._lsock: socket.socket | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._ready = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        cfg = self.config
+        family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+        self._lsock = socket.create_server((cfg.host, cfg.port), family=family, backlog=1024,
+                                           reuse_port=False)
+        self._lsock.setblocking(False)
+        self.port = self._lsock.getsockname()[1]
+        self.loop.add_reader(self._lsock.fileno(), self._accept)
+        if cfg.websocket_port >= 0:
+            from transit_relay.websocket import WebSocketListener
+            self.websocket = WebSocketListener(self)
+            self.websocket_port = await self.websocket.start(cfg.host, cfg.websocket_port)
+        if cfg.admin_port >= 0:
+            self.admin = AdminServer(self.registry, ready=lambda: self._ready, service="transit")
+            self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port)
+        self._tasks = [asyncio.create_task(self._tick_loop()), asyncio.create_task(self._stats_loop())]
+        self._ready = True
+        log.info("transit relay on tcp %s:%s websocket %s admin %s splice %s", cfg.host, self.port,
+                 self.websocket_port, self.admin_port, self.pool is not None)
+
+    async def stop(self) -> None:
+        self._ready = False
+        if self._lsock is not None:
+            self.loop.remove_reader(self._lsock.fileno())
+            self._lsock.close()
+            self._lsock = None
+        self.dispatch(self.relay.shutdown(self.clock()))
+        if self.websocket is not None:
+            await self.websocket.stop()
+        for _ in range(100):  # stream pairs close asynchronously
+            if not self.streams:
+                break
+            await asyncio.sleep(0.01)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.admin is not None:
+            await self.admin.stop()
+        if self.pool is not None:
+            self.pool.close()
+        self.events.close()
+
+    # -- accepting ------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(_ACCEPT_BURST):
+            try:
+                sock, addr = self._lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and friends: try again on the next wake-up
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            conn = self.relay.open(addr[0], "tcp", self.clock())
+            if isinstance(conn, str):
+                with contextlib.suppress(OSError):
+                    sock.send(refusal_line(conn))
+                sock.close()
+                continue
+            endpoint = TcpEndpoint(self, sock, conn)
+            conn.handle = endpoint
+            endpoint.start()
+
+    # -- actions --------------------------------------------------------------------------
+    def dispatch(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, Record):
+                self.events.emit("session", **action.fields)
+            elif isinstance(action, Close):
+                action.conn.handle.close(action.reply)
+            elif isinstance(action, Pair):
+                self._start_pair(action.state)
+
+    def _start_pair(self, pair: PairState) -> None:
+        a, b = pair.first.handle, pair.second.handle
+        if isinstance(a, TcpEndpoint) and isinstance(b, TcpEndpoint):
+            a.take_over()
+            b.take_over()
+            fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self._pair_done(pair, fwd),
+                                   self.pool, self.config.buffer_size)
+            a.forwarder = b.forwarder = fwd
+            self.forwarders.add(fwd)
+            fwd.start()
+        else:
+            from transit_relay.websocket import StreamPair
+            stream = StreamPair(self, pair, a, b)
+            self.streams.add(stream)
+            stream.start()
+
+    def _pair_done(self, pair: PairState, holder) -> None:
+        self.forwarders.discard(holder)
+        self.streams.discard(holder)
+        self.dispatch(self.relay.finish(pair, self.clock()))
+
+    def buffered(self) -> int:
+        return sum(f.held for f in self.forwarders)
+
+    # -- timers ---------------------------------------------------------------------------
+    def _tick_interval(self) -> float:
+        lim = self.relay.limits
+        shortest = min(lim.handshake_timeout, lim.pending_timeout, lim.idle_timeout or float("inf"))
+        return min(1.0, max(0.02, shortest / 4))
+
+    async def _tick_loop(self) -> None:
+        interval = self._tick_interval()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.dispatch(self.relay.tick(self.clock()))
+            except Exception:  # a bug in one expiry must not stop all future expiries
+                log.exception("tick failed")
+
+    async def _stats_loop(self) -> None:
+        interval = self.config.stats_interval
+        last = self.relay.bytes_relayed()
+        while True:
+            await asyncio.sleep(interval)
+            total = self.relay.bytes_relayed()
+            self.events.emit("stats", interval=interval, pending=len(self.relay.pending),
+                             active_pairs=len(self.relay.pairs), bytes_interval=max(0, total - last))
+            last = total
