@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.client.servers import start_servers  # noqa: E402
-from tests.interop.dilation_util import PEER as MW_PEER  # noqa: E402
 from tests.interop.dilation_util import Peer  # noqa: E402
 
 CASE_TIMEOUT = 120.0  # seconds per case before it is reported as failed

@@ -55,10 +55,15 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
     raise RuntimeError("server did not start")
 
 
+ADMIN_PORTS: dict[int, int] = {}  # our server's WebSocket port -> its admin port
+
+
 def start_ours(tmp: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
+    admin = free_port()
+    ADMIN_PORTS[port] = admin
     cmd = [sys.executable, "-m", "mailbox_server", "--host", "127.0.0.1", "--port", str(port),
-           "--db", os.path.join(tmp, "burrow.sqlite"), "--admin-port", "-1",
+           "--db", os.path.join(tmp, "burrow.sqlite"), "--admin-port", str(admin),
            "--max-connections-per-ip", "0", "--max-connections", "0", "--messages-per-second", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
@@ -72,6 +77,33 @@ def start_reference(tmp: str) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
     return proc, port
+
+
+def server_latency_buckets(port: int) -> dict[float, float] | None:
+    """Our server's own add-to-write histogram (cumulative buckets), read from /metrics."""
+    admin = ADMIN_PORTS.get(port)
+    if admin is None:
+        return None
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("burrow_mailbox_delivery_latency_seconds_bucket"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """Upper bound of the histogram bucket holding quantile q of the observations between two scrapes."""
+    diff = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = diff[-1][1]
+    for le, count in diff:
+        if total and count >= q * total:
+            return le
+    return float("nan")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -112,19 +144,8 @@ async def measure(proc: subprocess.Popen, port: int, args: argparse.Namespace) -
     results: dict[str, dict[str, float]] = {}
     loop = asyncio.get_running_loop()
     procs = args.procs
-    with ProcessPoolExecutor(procs) as pool:
-        await loop.run_in_executor(None, parallel_load, pool, procs, port, procs * 2, procs * 4, 5, 0.0)  # warm-up
-        for label, n, think in cases(args):
-            c0 = cpu(ps)
-            r = await loop.run_in_executor(None, parallel_load, pool, procs, port, n, args.pairs, args.seconds,
-                                           think)
-            used = cpu(ps) - c0
-            done = max(1, r["pairs"])
-            results[label] = {"pairs": r["pairs"], "failed": r["failed"], "pairs_s": r["pairs"] / r["seconds"],
-                              "p50_ms": pct(r["latencies"], 0.50) * 1000,
-                              "p99_ms": pct(r["latencies"], 0.99) * 1000,
-                              "cpu_ms_pair": used / done * 1000}
-            await asyncio.sleep(0.5)
+    # idle memory first, on the fresh process: after a load run the allocator reuses freed memory
+    await asyncio.sleep(0.5)
     rss0 = ps.memory_info().rss
     conns = await hold_idle("127.0.0.1", port, args.idle)
     await asyncio.sleep(1.0)
@@ -132,6 +153,24 @@ async def measure(proc: subprocess.Popen, port: int, args: argparse.Namespace) -
     for ws in conns:
         ws.close()
     results["idle"] = {"kib_per_conn": (rss1 - rss0) / args.idle / 1024}
+    await asyncio.sleep(1.0)
+    with ProcessPoolExecutor(procs) as pool:
+        await loop.run_in_executor(None, parallel_load, pool, procs, port, procs * 2, procs * 4, 5, 0.0)  # warm-up
+        for label, n, think in cases(args):
+            c0 = cpu(ps)
+            h0 = server_latency_buckets(port)
+            r = await loop.run_in_executor(None, parallel_load, pool, procs, port, n, args.pairs, args.seconds,
+                                           think)
+            used = cpu(ps) - c0
+            h1 = server_latency_buckets(port)
+            done = max(1, r["pairs"])
+            results[label] = {"pairs": r["pairs"], "failed": r["failed"], "pairs_s": r["pairs"] / r["seconds"],
+                              "p50_ms": pct(r["latencies"], 0.50) * 1000,
+                              "p99_ms": pct(r["latencies"], 0.99) * 1000,
+                              "cpu_ms_pair": used / done * 1000}
+            if h0 is not None and h1 is not None:
+                results[label]["server_p99_ms"] = bucket_quantile(h0, h1, 0.99) * 1000
+            await asyncio.sleep(0.5)
     return results
 
 
@@ -160,6 +199,9 @@ def table(ours: dict, ref: dict, args: argparse.Namespace) -> str:
         row(label, "p50 add-to-delivery (ms)", o["p50_ms"], r["p50_ms"], False, "{:.1f}")
         row(label, "p99 add-to-delivery (ms)", o["p99_ms"], r["p99_ms"], False, "{:.1f}")
         row(label, "server CPU per pair (ms)", o["cpu_ms_pair"], r["cpu_ms_pair"], False, "{:.2f}")
+        if "server_p99_ms" in o:
+            rows.append(f"| {label} | p99 add-to-write inside our server (ms, bucket bound) | "
+                        f"<= {o['server_p99_ms']:g} | n/a | |")
     row(f"{args.idle} idle bound connections", "server RSS per connection (KiB)", ours["idle"]["kib_per_conn"],
         ref["idle"]["kib_per_conn"], False)
     done = "; ".join(f"{label}: {ours[label]['pairs']:.0f} vs {ref[label]['pairs']:.0f} pairs "
@@ -183,9 +225,12 @@ def main() -> None:
     args.paced = [int(x) for x in args.paced.split(",") if x]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="mailbox-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         sides = [args.only] if args.only else ["burrow", "reference"]
         res = {s: run(s, args, tmp) for s in sides}
+    print(f"machine: {os.cpu_count()} CPUs, 1-min load average {load_before:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after (other work on the machine skews latency)")
     for s, r in res.items():
         print(s, {k: {kk: round(vv, 2) for kk, vv in v.items()} for k, v in r.items()})
     if len(res) == 2:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import json
 import os
 import shutil
 import stat
@@ -182,7 +181,7 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
         with os.fdopen(fd, "wb", buffering=0) as f:
             digest = await _stream_in(pipe, f, offer.size, opts.progress)
         if offer.kind == "directory":
-            extract_zip(tmp, dest, offer.numbytes)
+            await asyncio.to_thread(extract_zip, tmp, dest, offer.numbytes)
         elif exists:
             os.replace(tmp, dest)  # the user agreed to overwrite
         else:
@@ -227,4 +226,7 @@ async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress) -> str:
 
 
 def text_of(received: Received) -> str:
-    return json.dumps(received.offer.text)[1:-1] if received.offer.kind == "text" else ""
+    """The text on one line with control characters escaped (terminal safety, like magic-wormhole)."""
+    if received.offer.kind != "text":
+        return ""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in received.offer.text)

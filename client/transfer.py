@@ -132,7 +132,7 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
         if path.is_dir():
             tmp = tempfile.NamedTemporaryFile(prefix="burrow-", suffix=".zip", dir=workdir, delete=False)  # noqa: SIM115
             tmp.close()
-            numbytes, numfiles = zip_directory(path, Path(tmp.name))
+            numbytes, numfiles = await asyncio.to_thread(zip_directory, path, Path(tmp.name))
             source = Path(tmp.name)
             offer = Offer("directory", path.resolve().name, source.stat().st_size, numbytes, numfiles)
         elif path.is_file():

@@ -18,6 +18,8 @@ class MailboxConfig:
                               "where IPv6 is unavailable")
     port: int = setting(4000, "WebSocket port (0 = pick a free one)")
     db: str = setting("mailbox.sqlite", "SQLite database for channel state (':memory:' keeps nothing)")
+    db_fsync: bool = setting(True, "fsync every grouped commit (--no-db-fsync: a commit survives a crash of "
+                                   "the server but not of the machine)")
     event_log: str | None = setting(None, "append JSON-lines usage events to this file")
     admin_host: str = setting("127.0.0.1", "address of the metrics/health HTTP server")
     admin_port: int = setting(9400, "port of /metrics /healthz /readyz (0 = pick one, -1 = off)")

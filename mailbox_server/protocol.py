@@ -16,11 +16,11 @@ import os
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import messages as m
 from .limits import Limits
+from .outputs import Drop, Output, Send, Session, Usage
 from .state import (
     App,
     Mailbox,
@@ -32,54 +32,6 @@ from .state import (
     nameplate_usage,
 )
 from .store import Changes
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    session: Session
-    msg: dict[str, Any]
-    live: bool = False  # a freshly added message (for the delivery-latency metric), not a replay
-
-
-@dataclass(frozen=True, slots=True)
-class Drop:
-    """Close this connection (after the sends before it). reason: a `close_reason` of the event log."""
-    session: Session
-    reason: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """A finished mailbox or nameplate: `event` is "mailbox" or "nameplate" (see docs/events.md)."""
-    event: str
-    fields: dict[str, Any]
-
-
-Output = Send | Drop | Usage
-
-
-@dataclass(slots=True, eq=False)
-class Session:
-    """One WebSocket connection's protocol state."""
-    started: float
-    app: App | None = None
-    side: str | None = None
-    client_impl: str | None = None
-    client_version: str | None = None
-    did_allocate: bool = False
-    did_claim: bool = False
-    nameplate: str | None = None
-    did_release: bool = False
-    mailbox: Mailbox | None = None  # set while subscribed (open ... close)
-    mailbox_id: str | None = None
-    did_close: bool = False
-    touched: set[str] = field(default_factory=set)  # mailbox ids this connection reached
-    messages_in: int = 0
-    errors: int = 0
-    closed: bool = False
-    bucket_tokens: float = 0.0
-    bucket_stamp: float = 0.0
 
 
 def new_mailbox_id() -> str:
@@ -202,7 +154,7 @@ class MailboxCore:
     def _allocate(self, s: Session, msg: dict[str, Any], now: float, out: list[Output]) -> None:
         if s.did_allocate:
             raise m.ProtocolError(m.GREEDY)
-        name = self._find_free_nameplate(s.app)
+        name = s.app.free_nameplate(self.rng)
         if name is None:
             self.refusals["nameplates"] += 1
             raise m.FatalProtocolError(m.NO_NAMEPLATES)
@@ -310,27 +262,6 @@ class MailboxCore:
         out.append(Send(s, {"type": "closed"}))
 
     # ---- nameplates and mailboxes -----------------------------------------------------------
-    def _find_free_nameplate(self, app: App) -> str | None:
-        names = app.nameplates
-        for size in (1, 2, 3):
-            lo, hi = 10 ** (size - 1), 10 ** size
-            used = app.by_length.get(size, 0)
-            free = (hi - lo) - used
-            if free <= 0:
-                continue
-            if free * 4 >= hi - lo:  # plenty free: a few random probes find one
-                while True:
-                    name = str(self.rng.randrange(lo, hi))
-                    if name not in names:
-                        return name
-            choices = [str(i) for i in range(lo, hi) if str(i) not in names]
-            return self.rng.choice(choices)
-        for _ in range(1000):
-            name = str(self.rng.randrange(1000, 1000 * 1000))
-            if name not in names:
-                return name
-        return None
-
     def _claim_nameplate(self, s: Session, name: str, now: float) -> str:
         app = s.app
         np = app.nameplates.get(name)
@@ -464,6 +395,8 @@ class MailboxCore:
         self.mailbox_count = sum(len(a.mailboxes) for a in apps.values())
         self.nameplate_count = sum(len(a.nameplates) for a in apps.values())
 
+
+__all__ = ["Drop", "MailboxCore", "Output", "Send", "Session", "Usage"]
 
 _HANDLERS: dict[str, Callable[..., None]] = {
     "list": MailboxCore._list, "allocate": MailboxCore._allocate, "claim": MailboxCore._claim,

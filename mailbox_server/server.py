@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import socket
 import time
 from collections import Counter
@@ -31,7 +30,6 @@ from .store import Store
 from .wsconn import WSConnection
 
 log = logging.getLogger("mailbox_server")
-_INLINE = os.environ.get("MB_INLINE") == "1"
 
 
 class MailboxServer:
@@ -62,7 +60,8 @@ class MailboxServer:
     async def start(self) -> int:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self.store = await self.loop.run_in_executor(self._executor, Store, self.config.db)
+        self.store = await self.loop.run_in_executor(self._executor, Store, self.config.db,
+                                                     self.config.db_fsync)
         apps = await self.loop.run_in_executor(self._executor, self.store.load)
         self.core.load(apps)
         self._usage(self.core.prune(time.time(), self.config.channel_expiry))
@@ -193,10 +192,7 @@ class MailboxServer:
         if changes is not None and self.store is not None:
             t0 = time.perf_counter()
             try:
-                if _INLINE:
-                    self.store.apply(changes)
-                else:
-                    await self.loop.run_in_executor(self._executor, self.store.apply, changes)
+                await self.loop.run_in_executor(self._executor, self.store.apply, changes)
             except Exception:  # keep serving from memory; /readyz and the metric tell the operator
                 self.store_errors += 1
                 self.ready = False

@@ -7,6 +7,7 @@ the event log's moods mean what operators of the reference are used to.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,26 @@ class App:
         self.nameplates[np.name] = np
         if _canonical(np.name):
             self.by_length[len(np.name)] = self.by_length.get(len(np.name), 0) + 1
+
+    def free_nameplate(self, rng: random.Random) -> str | None:
+        """A free id from the shortest range with room (1-9, 10-99, 100-999), else random up to 999999."""
+        names = self.nameplates
+        for size in (1, 2, 3):
+            lo, hi = 10 ** (size - 1), 10 ** size
+            free = (hi - lo) - self.by_length.get(size, 0)
+            if free <= 0:
+                continue
+            if free * 4 >= hi - lo:  # plenty free: a few random probes find one
+                while True:
+                    name = str(rng.randrange(lo, hi))
+                    if name not in names:
+                        return name
+            return rng.choice([str(i) for i in range(lo, hi) if str(i) not in names])
+        for _ in range(1000):
+            name = str(rng.randrange(1000, 1000 * 1000))
+            if name not in names:
+                return name
+        return None
 
     def remove_nameplate(self, name: str) -> Nameplate | None:
         np = self.nameplates.pop(name, None)

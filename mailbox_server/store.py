@@ -55,14 +55,15 @@ def _msg_id_out(raw: Any) -> Any:
 
 
 class Store:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fsync: bool = True) -> None:
         self.path = path
         if path != ":memory:" and not path.startswith("file:"):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         # used by one worker thread at a time (the adapter serialises calls)
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
+        # FULL: each commit is fsynced (survives power loss). NORMAL: survives a process crash only.
+        self.db.execute("PRAGMA synchronous=" + ("FULL" if fsync else "NORMAL"))
         self.db.executescript(_SCHEMA)
         row = self.db.execute("SELECT version FROM burrow_version").fetchone()
         if row is None:

@@ -18,7 +18,7 @@ from websockets.frames import BINARY as OP_BINARY
 from websockets.frames import CONT as OP_CONT
 from websockets.frames import TEXT as OP_TEXT
 from websockets.http11 import Request
-from websockets.protocol import CLOSED, OPEN
+from websockets.protocol import CLOSED, OPEN, SERVER, Protocol
 from websockets.server import ServerProtocol
 
 if TYPE_CHECKING:
@@ -69,9 +69,11 @@ class WSConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_rx = time.monotonic()
         self.ws.receive_data(data)
-        for event in self.ws.events_received():
+        events = self.ws.events_received()
+        for event in events:
             if isinstance(event, Request):
-                self._handle_request(event)
+                # no frame bytes came with the request: safe to swap in a frame-only protocol
+                self._handle_request(event, len(events) == 1 and data.endswith(b"\r\n\r\n"))
             elif self.session is not None:
                 self._handle_frame(event)
         if self.ws.parser_exc is not None and self.close_reason == "client":
@@ -100,7 +102,7 @@ class WSConnection(asyncio.Protocol):
         if self.session is None and self.transport is not None:
             self.transport.abort()
 
-    def _handle_request(self, request: Request) -> None:
+    def _handle_request(self, request: Request, alone: bool) -> None:
         path = request.path.split("?", 1)[0]
         if path == "/v1":
             response = self.ws.accept(request)
@@ -112,6 +114,12 @@ class WSConnection(asyncio.Protocol):
         self.ws.send_response(response)
         if response.status_code != 101:
             return
+        if alone and not self.ws.reader.buffer:
+            # The handshake parser's generator frame keeps the whole Request (headers) alive for the
+            # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
+            # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
+            self.transport.write(b"".join(self.ws.data_to_send()))
+            self.ws = Protocol(SERVER, state=OPEN, max_size=self.server.frame_limit)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import glob
+import os
+import re
 import sys
 import time
 
@@ -28,6 +31,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def local_input_problem(patterns: list[str]) -> str | None:
+    """For plain local paths: nothing matches, or every match is empty. URIs are left to Spark."""
+    if any(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", p) for p in patterns):
+        return None
+    files = []
+    for p in patterns:
+        matches = glob.glob(os.path.expanduser(p), recursive=True)
+        for m in matches:
+            if os.path.isdir(m):
+                files += [os.path.join(d, f) for d, _, fs in os.walk(m) for f in fs if not f.startswith((".", "_"))]
+            else:
+                files.append(m)
+    if not files:
+        return f"no log files match {', '.join(patterns)}"
+    if all(os.path.getsize(f) == 0 for f in files):
+        return f"the input is empty: {len(files)} file(s), all of zero length ({files[0]}{', ...' if len(files) > 1 else ''})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
 
@@ -49,8 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     except CapacityConfigError as exc:
         say(f"error: {exc}")
         sys.exit(2)
+    problem = local_input_problem(args.logs)
+    if problem:  # answer at once, before paying for a JVM
+        say(f"error: {problem}")
+        sys.exit(2)
+    from pyspark.sql import SparkSession
+
     t0 = time.monotonic()
     say("starting Spark" + (f" on {args.master}" if args.master else ""))
+    joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory)
     try:
         result = run_report(spark, args.logs, args.out, cfg, log=say)
@@ -58,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         say(f"error: {exc}")
         sys.exit(2)
     finally:
-        spark.stop()
+        if not joined:
+            spark.stop()
     say(f"{result.events:,} events in the dataset; tables in {args.out}/tables; report {result.html} "
         f"({time.monotonic() - t0:.1f} s)")
 

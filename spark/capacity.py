@@ -89,7 +89,10 @@ def load_capacity(path: str | None) -> CapacityConfig:
 
 
 def _long_peaks(daily: DataFrame) -> DataFrame:
-    """daily peaks -> service, day, x (days since the epoch), resource, peak."""
+    """daily peaks -> service, day, x (days since the epoch), resource, peak. Only complete days
+    count, unless a service has none (logs spanning less than a day): then all of its days do."""
+    any_complete = F.max(F.col("complete").cast("int")).over(Window.partitionBy("service"))
+    daily = daily.withColumn("_any", any_complete).where(F.col("complete") | (F.col("_any") == 0))
     return daily.select("service", "day", F.unix_date("day").alias("x"), F.explode(F.array(*[
         F.struct(F.lit(r).alias("resource"), F.col(f"{r}_peak").cast("double").alias("peak")) for r in RESOURCES
     ])).alias("p")).select("service", "day", "x", "p.*")
@@ -132,8 +135,7 @@ def plan(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
             .withColumn("days_until_full", until)
             .withColumn("full_on", F.date_add("last_day", F.floor(F.col("days_until_full")).cast("int")))
             .select("service", "resource", "days", "peak", "trend_now", "slope_per_day", "r2", "capacity_per_node",
-                    "usable_per_node", "nodes", "nodes_needed", "nodes_needed_horizon", "days_until_full", "full_on")
-            .orderBy("service", "resource"))
+                    "usable_per_node", "nodes", "nodes_needed", "nodes_needed_horizon", "days_until_full", "full_on"))
 
 
 def plan_by_service(per_resource: DataFrame) -> DataFrame:
@@ -144,8 +146,7 @@ def plan_by_service(per_resource: DataFrame) -> DataFrame:
                 F.max("nodes").cast("long").alias("nodes"), F.max("nodes_needed").alias("nodes_needed"),
                 F.max("nodes_needed_horizon").alias("nodes_needed_horizon"),
                 F.min("days_until_full").alias("days_until_full"), F.min("full_on").alias("full_on"),
-                F.first(F.when(F.col("rank") == 1, F.col("resource")), ignorenulls=True).alias("limiting_resource"))
-            .orderBy("service"))
+                F.first(F.when(F.col("rank") == 1, F.col("resource")), ignorenulls=True).alias("limiting_resource")))
 
 
 def forecast(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
@@ -156,7 +157,6 @@ def forecast(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
             .select("service", "resource", "slope_per_day", "intercept", F.explode(F.sequence(
                 "d0", F.date_add("last_day", cfg.horizon_days))).alias("day")))
     observed = _long_peaks(daily).select("service", "resource", "day", "peak")
+    trend = F.greatest(F.lit(0.0), F.col("intercept") + F.col("slope_per_day") * F.unix_date("day"))
     return (days.join(observed, ["service", "resource", "day"], "left")
-            .select("service", "resource", "day", "peak",
-                    (F.col("intercept") + F.col("slope_per_day") * F.unix_date("day")).alias("trend"))
-            .orderBy("service", "resource", "day"))
+            .select("service", "resource", "day", "peak", trend.alias("trend")))

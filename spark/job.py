@@ -52,6 +52,12 @@ def build_tables(events: DataFrame, cfg: CapacityConfig) -> dict[str, DataFrame]
     }
 
 
+# Sort order of each written table (they are small enough for one file each).
+ORDER = {"load_minute": ["service", "minute"], "load_hour": ["service", "hour"], "daily_peaks": ["service", "day"],
+         "session_outcomes": ["service", "kind", "app_id", "outcome"], "session_summary": ["service", "kind", "app_id"],
+         "session_distributions": ["service", "kind", "app_id", "metric", "bucket"],
+         "session_daily": ["service", "kind", "app_id", "day"], "capacity_plan": ["service", "resource"],
+         "capacity_by_service": ["service"], "capacity_forecast": ["service", "resource", "day"]}
 # Tables the HTML report draws from (all small: hours, days, groups).
 REPORT_TABLES = {"load_hour": "load_hour", "session_outcomes": "outcomes", "session_summary": "summary",
                  "session_distributions": "distributions", "capacity_plan": "plan",
@@ -69,7 +75,9 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
     collected: dict[str, list[dict]] = {}
     for name, df in tables.items():
         t = time.monotonic()
-        df = df.persist(StorageLevel.MEMORY_AND_DISK) if name in REPORT_TABLES else df
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        tables[name] = df
+        df = df.coalesce(1).sortWithinPartitions(*ORDER[name])
         path = f"{out}/tables/{name}"
         df.write.mode("overwrite").parquet(path)
         df.coalesce(1).write.mode("overwrite").option("header", True).csv(path + ".csv.parts")

@@ -129,14 +129,17 @@ def load_per_hour(per_minute: DataFrame) -> DataFrame:
     for col in ("sessions_peak", "connections_peak", "bytes_per_s"):
         for p in (50, 95, 99):
             aggs.append(F.percentile(col, p / 100).alias(f"{col.removesuffix('_peak')}_p{p}"))
-    return (per_minute.groupBy("service", F.date_trunc("hour", "minute").alias("hour")).agg(*aggs)
-            .orderBy("service", "hour"))
+    return per_minute.groupBy("service", F.date_trunc("hour", "minute").alias("hour")).agg(*aggs)
+
+
+COMPLETE_DAY_MINUTES = 23 * 60  # a day with less coverage is a partial first or last day
 
 
 def daily_peaks(per_minute: DataFrame) -> DataFrame:
-    """service, day, the day's peak concurrency and peak bytes/s (the capacity plan's input)."""
+    """service, day, the day's peak concurrency and peak bytes/s (the capacity plan's input), and
+    `complete`: the service's logs cover at least 23 hours of that day."""
     return (per_minute.groupBy("service", F.to_date("minute").alias("day"))
             .agg(F.max("sessions_peak").alias("sessions_peak"), F.max("connections_peak").alias("connections_peak"),
                  F.max("bytes_per_s").alias("bytes_per_s_peak"), F.sum("bytes").alias("bytes"),
-                 F.sum("starts").alias("sessions"))
-            .orderBy("service", "day"))
+                 F.sum("starts").alias("sessions"), F.count(F.lit(1)).alias("minutes"))
+            .withColumn("complete", F.col("minutes") >= COMPLETE_DAY_MINUTES))

@@ -45,7 +45,7 @@ def outcomes(facts: DataFrame) -> DataFrame:
     return (counts.join(totals, on=[counts[c].eqNullSafe(totals[c]) for c in GROUP])
             .select(*[counts[c] for c in GROUP], "outcome", "sessions",
                     (F.col("sessions") / F.col("total")).alias("share"))
-            .orderBy(*GROUP, F.desc("sessions"), "outcome"))
+            )
 
 
 def _pcts(col: str) -> list[Column]:
@@ -65,8 +65,7 @@ def summary(facts: DataFrame) -> DataFrame:
         F.sum("bytes").alias("bytes"), *_pcts("bytes"))
         .withColumn("happy_rate", F.col("happy") / F.col("sessions"))
         .withColumn("pairing_rate", F.when(F.col("pairable") > 0, F.col("paired") / F.col("pairable")))
-        .drop("pairable")
-        .orderBy(*GROUP))
+        .drop("pairable"))
 
 
 def _bucket(col: Column, edges: tuple[int, ...]) -> Column:
@@ -87,8 +86,7 @@ def distributions(facts: DataFrame) -> DataFrame:
                  F.col("duration").isNotNull().alias("has")),
         F.struct(F.lit("bytes").alias("metric"), _bucket(F.col("bytes"), SIZE_EDGES).alias("bucket"),
                  F.col("bytes").isNotNull().alias("has")))).alias("d"))
-    return (long.where("d.has").groupBy(*GROUP, "d.metric", "d.bucket").agg(F.count(F.lit(1)).alias("sessions"))
-            .orderBy(*GROUP, "metric", "bucket"))
+    return long.where("d.has").groupBy(*GROUP, "d.metric", "d.bucket").agg(F.count(F.lit(1)).alias("sessions"))
 
 
 def daily(facts: DataFrame) -> DataFrame:
@@ -99,5 +97,4 @@ def daily(facts: DataFrame) -> DataFrame:
         F.sum(F.col("paired").cast("long")).alias("paired"),
         F.sum("bytes").alias("bytes"),
         F.percentile("duration", 0.5).alias("duration_p50"),
-        F.percentile("waiting_time", 0.5).alias("waiting_time_p50"))
-        .orderBy(*GROUP, "day"))
+        F.percentile("waiting_time", 0.5).alias("waiting_time_p50")))

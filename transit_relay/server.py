@@ -127,9 +127,10 @@ class TransitServer:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         cfg = self.config
-        family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-        self._lsock = socket.create_server((cfg.host, cfg.port), family=family, backlog=1024,
-                                           reuse_port=False)
+        v6 = ":" in cfg.host
+        self._lsock = socket.create_server(
+            (cfg.host, cfg.port), family=socket.AF_INET6 if v6 else socket.AF_INET, backlog=1024,
+            dualstack_ipv6=v6 and cfg.host == "::" and socket.has_dualstack_ipv6())
         self._lsock.setblocking(False)
         self.port = self._lsock.getsockname()[1]
         self.loop.add_reader(self._lsock.fileno(), self._accept)

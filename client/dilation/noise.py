@@ -116,6 +116,19 @@ class NoiseSession:
             for i in range(0, len(plaintext), NOISE_MAX_PAYLOAD)
         )
 
+    def encrypt_pieces(self, head: bytes, body: bytes) -> list[bytes]:
+        """Like encrypt(head + body) but without building the concatenation: the Noise messages of one
+        frame, in order (the caller writes them together; see connection framing)."""
+        assert self._send is not None, "handshake not finished"
+        total = len(head) + len(body)
+        if total <= NOISE_MAX_PAYLOAD:
+            return [self._send.encrypt(head + body)]
+        view = memoryview(body)
+        first = NOISE_MAX_PAYLOAD - len(head)
+        out = [self._send.encrypt(head + body[:first])]
+        out += [self._send.encrypt(view[i : i + NOISE_MAX_PAYLOAD]) for i in range(first, len(body), NOISE_MAX_PAYLOAD)]
+        return out
+
     def decrypt(self, payload: bytes) -> bytes:
         assert self._recv is not None, "handshake not finished"
         if len(payload) <= NOISE_MAX_CIPHERTEXT:

@@ -15,9 +15,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .connection import KCM, Record, RecordCodec
+from .connection import KCM, Data, Record, RecordCodec
 from .errors import ProtocolError
-from .framing import DEFAULT_MAX_FRAME, Frame, Framer, PrologueOK, RelayOK, frame, prologues, relay_handshake
+from .framing import (
+    DEFAULT_MAX_FRAME,
+    Frame,
+    Framer,
+    PrologueOK,
+    RelayOK,
+    frame,
+    frame_header,
+    prologues,
+    relay_handshake,
+)
 from .noise import NoiseSession
 
 
@@ -64,8 +74,15 @@ class Attempt:
     def encrypt(self, record: Record) -> bytes:
         return frame(self._noise.encrypt(self.codec.encode(record)))
 
-    def encrypt_plaintext(self, plaintext: bytes) -> bytes:
-        return frame(self._noise.encrypt(plaintext))
+    def encrypt_pieces(self, record: Record) -> list[bytes]:
+        """The frame of `record` as a list of byte strings (for transport.writelines); DATA payloads are
+        encrypted in place of being copied into one plaintext first."""
+        if isinstance(record, Data):
+            pieces = self._noise.encrypt_pieces(self.codec.encode_data_header(record.scid, record.seqnum),
+                                                record.data)
+        else:
+            pieces = [self._noise.encrypt(self.codec.encode(record))]
+        return [frame_header(sum(map(len, pieces))), *pieces]
 
     def feed(self, data: bytes) -> tuple[bytes, list[Viable | Selected | Record]]:
         """Returns (bytes to write, events/records). Raises ProtocolError: drop the connection."""

@@ -79,3 +79,18 @@ class SubchannelWriter:
         self._closing = True
         if not self._done.done():
             self._done.set_result(None)
+
+
+class SubchannelListener:
+    def __init__(self, subprotocol: str, queue: asyncio.Queue):
+        self.subprotocol = subprotocol
+        self._q = queue
+
+    async def accept(self) -> tuple[SubchannelReader, SubchannelWriter]:
+        return await self._q.get()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        return await self.accept()

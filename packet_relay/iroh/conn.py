@@ -29,12 +29,19 @@ _DELIVER_TYPE = {f.CLIENT_TO_RELAY_DATAGRAM: bytes([f.RELAY_TO_CLIENT_DATAGRAM])
 
 
 class IrohConn(asyncio.Protocol):
+    __slots__ = ("service", "server", "transport", "tls", "peer_ip", "token", "ws", "session", "phase", "key",
+                 "endpoint_id", "started", "packets_in", "bytes_in", "packets_out", "bytes_out", "drops",
+                 "queue", "paused", "flush_pending", "registered", "inactive", "checking", "throttled",
+                 "rate_limited_told", "early", "timer", "write_timer", "close_reason", "admitted_cap",
+                 "_last_dst", "rate", "_header")
+
     protocol = "iroh"
     kind = "websocket"
     home = False   # iroh has no NotePreferred; the event-log field stays false
     mesh = False
 
-    def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None) -> None:
+    def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None,
+                 header_auth: f.KeyMaterialClientAuth | None = None, key_material: bytes | None = None) -> None:
         self.service = service
         self.server = service.server
         self.transport = transport
@@ -62,6 +69,7 @@ class IrohConn(asyncio.Protocol):
         self.admitted_cap = False
         self._last_dst = b""
         self.rate = self.server.new_rate_bucket()
+        self._header = (header_auth, key_material)
 
     # ---- start (called by the /relay route after the 101)
     def begin(self, rest: bytes) -> None:
@@ -69,8 +77,14 @@ class IrohConn(asyncio.Protocol):
         server.conns.add(self)
         server.stats.connections[(self.protocol, self.kind)] += 1
         self.timer = server.loop.call_later(self.service.settings.handshake_timeout, self._handshake_expired)
-        self.send(self.session.start(time.monotonic()).send)
-        if rest:
+        header_auth, key_material = self._header
+        if header_auth is not None:
+            out = self.session.start_with_key_material(header_auth, key_material, time.monotonic())
+        else:
+            out = self.session.start(time.monotonic())
+        self.send(out.send)
+        self._events(out.events)
+        if rest and self.phase != "closed":
             self.data_received_plain(rest)
 
     # ---- asyncio.Protocol
@@ -150,8 +164,12 @@ class IrohConn(asyncio.Protocol):
         if out.send:
             for frame in out.send:
                 self.control(frame)
-        for ev in out.events:
+        self._events(out.events)
+
+    def _events(self, events: list) -> None:
+        for ev in events:
             if type(ev) is Authenticated:
+                self.service.logins[self.session.login] += 1
                 self.endpoint_id = ev.endpoint_id
                 self.key = ("iroh", ev.endpoint_id)
                 self.checking = True
@@ -276,8 +294,8 @@ class IrohConn(asyncio.Protocol):
             self._schedule_flush()
 
     def deliver(self, src, payload: bytes) -> None:
-        """Registry interface (DERP-style payloads never reach an iroh id: the address spaces differ)."""
-        raise TypeError("iroh connections receive datagram frames via deliver_frame")
+        """Registry interface for DERP packets; unreachable, as no DERP key equals an iroh registry key."""
+        self._drop("wrong_protocol")
 
     def peer_gone(self, key, reason: int) -> None:
         """Registry interface; EndpointGone is sent by the iroh service from its own sent_to map."""

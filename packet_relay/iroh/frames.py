@@ -11,6 +11,8 @@ raw bytes, byte strings and strings carry a LEB128 length. Layouts from the iroh
 
 from __future__ import annotations
 
+import base64
+import binascii
 import struct
 from dataclasses import dataclass
 
@@ -201,6 +203,46 @@ class Status:
 
     def encode(self) -> bytes:
         return bytes([STATUS, self.code])
+
+
+@dataclass(frozen=True)
+class KeyMaterialClientAuth:
+    """The `x-iroh-relay-client-auth-v1` header login (TLS only): postcard {public_key [32],
+    signature (LEB128 64 + 64 bytes), key_material_suffix [16]}, base64url without padding.
+
+    The client signs the first 16 bytes of the TLS exporter value and sends the last 16, so a
+    relay behind a TLS-terminating proxy sees a mismatch and falls back to the challenge.
+    """
+
+    public_key: bytes
+    signature: bytes
+    key_material_suffix: bytes
+
+    def encode(self) -> bytes:
+        return self.public_key + write_leb128(len(self.signature)) + self.signature + self.key_material_suffix
+
+    def header_value(self) -> str:
+        return base64.urlsafe_b64encode(self.encode()).rstrip(b"=").decode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> KeyMaterialClientAuth:
+        if len(raw) < KEY_LEN + 1:
+            raise IrohProtocolError("client auth header too short")
+        n, pos = read_leb128(raw, KEY_LEN)
+        if n != SIGNATURE_LEN or len(raw) != pos + n + CHALLENGE_LEN:
+            raise IrohProtocolError("bad client auth header layout")
+        return cls(raw[:KEY_LEN], raw[pos:pos + n], raw[pos + n:])
+
+    @classmethod
+    def from_header(cls, value: str) -> KeyMaterialClientAuth:
+        text = value.strip()
+        if len(text) > 256:
+            raise IrohProtocolError("client auth header too long")
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError) as exc:
+            raise IrohProtocolError("client auth header is not base64url") from exc
+        return cls.decode(raw)
 
 
 Frame = (ServerChallenge | ClientAuth | ServerConfirmsAuth | ServerDeniesAuth | Datagrams | EndpointGone

@@ -14,6 +14,7 @@ id sent to (the `sent_to` map), once its last connection is gone.
 
 from __future__ import annotations
 
+import collections
 import hmac
 import json
 import logging
@@ -22,9 +23,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
+from prometheus_client.core import CounterMetricFamily
 
 from ..protocol.http import Request, response, websocket_accept
 from . import frames as f
+from . import tls_exporter
 from .conn import IrohConn
 from .session import pick_subprotocol
 
@@ -33,6 +36,7 @@ MAX_SENT_TO = 4096            # receivers remembered per source for EndpointGone
 MAX_CALLOUT_BODY = 4096
 RELAY_PATH = "/relay"
 PING_PATH = "/ping"
+AUTH_HEADER = "x-iroh-relay-client-auth-v1"
 
 
 @dataclass(frozen=True)
@@ -42,12 +46,13 @@ class IrohSettings:
     ping_interval: float = 15.0
     pong_timeout: float = 5.0
     handshake_timeout: float = 10.0
+    tls_auth: bool = True               # accept the TLS-exporter header login when TLS is on
 
     @classmethod
     def from_config(cls, config) -> IrohSettings:
         return cls(enabled=config.iroh, tokens_file=config.iroh_tokens_file,
                    ping_interval=config.iroh_ping_interval, pong_timeout=config.iroh_pong_timeout,
-                   handshake_timeout=config.handshake_timeout)
+                   handshake_timeout=config.handshake_timeout, tls_auth=config.iroh_tls_auth)
 
 
 def load_tokens(path: str) -> frozenset[str]:
@@ -75,9 +80,16 @@ class IrohService:
         self.tokens = load_tokens(self.settings.tokens_file) if self.settings.tokens_file else None
         self.sent_to: dict[bytes, set[bytes]] = {}
         self._session: aiohttp.ClientSession | None = None
+        self.logins: collections.Counter[str] = collections.Counter()  # mechanism -> logins
+        # The exporter check runs once per process, before serving (it may start a child process).
+        self.exporter = (self.settings.enabled and self.settings.tls_auth and server.config.https_port >= 0
+                         and tls_exporter.available())
         if self.settings.enabled:
             server.extra_routes[RELAY_PATH] = self.relay_route
             server.extra_routes[PING_PATH] = self.ping_route
+            if not getattr(server.prometheus, "_burrow_iroh_collector", False):
+                server.prometheus.register(_Collector(self))
+                server.prometheus._burrow_iroh_collector = True
 
     # ---- HTTP routes (called with the relay's HTTP connection and the parsed request)
     def ping_route(self, conn, req: Request, rest: bytes) -> None:
@@ -100,9 +112,26 @@ class IrohService:
         conn.write_raw(response(101, {"Upgrade": "websocket", "Connection": "Upgrade",
                                       "Sec-WebSocket-Accept": websocket_accept(key),
                                       "Sec-WebSocket-Protocol": version}))
-        iroh = IrohConn(self, conn.transport, conn.tls, conn.peer_ip, version, request_token(req))
+        header_auth, key_material = self._header_login(conn, req)
+        iroh = IrohConn(self, conn.transport, conn.tls, conn.peer_ip, version, request_token(req),
+                        header_auth, key_material)
         _take_over(conn, iroh)
         iroh.begin(rest)
+
+    def _header_login(self, conn, req: Request) -> tuple[f.KeyMaterialClientAuth | None, bytes | None]:
+        """The TLS-exporter login header, when TLS is on here (over http:// it means nothing)."""
+        value = req.header(AUTH_HEADER)
+        if not value or conn.tls is None or not self.settings.tls_auth:
+            return None, None
+        try:
+            auth = f.KeyMaterialClientAuth.from_header(value)
+        except f.IrohProtocolError:
+            self.server.stats.errors[("iroh", "auth_header")] += 1
+            return None, None  # a bad header costs the client the challenge round trip, nothing more
+        ssl_object = getattr(conn.tls, "_obj", None)
+        if not self.exporter or ssl_object is None:
+            return auth, None
+        return auth, tls_exporter.export_keying_material(ssl_object, tls_exporter.LABEL, auth.public_key, 32)
 
     # ---- access: bearer token, allow-list, callout (in that order; the first refusal wins)
     async def check_access(self, conn: IrohConn) -> tuple[str, str] | None:
@@ -140,10 +169,6 @@ class IrohService:
         if answer is True:
             return True
         return isinstance(answer, dict) and (answer.get("allow") is True or answer.get("Allow") is True)
-
-    def still_allowed(self, conn: IrohConn) -> bool:
-        """For SIGHUP: does the reloaded allow-list still admit this endpoint?"""
-        return self.server.access.listed(conn.endpoint_id)
 
     # ---- registry
     def register(self, conn: IrohConn) -> None:
@@ -198,18 +223,38 @@ class IrohService:
         return live
 
     def reload(self) -> None:
-        """After the allow-list was re-read: close endpoints it no longer admits."""
-        if self.server.access.allowed is None:
+        """SIGHUP: re-read the bearer tokens (new logins only); a broken file keeps the old set.
+
+        Allow-list changes are applied by the server's reload for both protocols (by endpoint id).
+        """
+        path = self.settings.tokens_file
+        if not path:
             return
-        for c in [c for c in self.server.conns if isinstance(c, IrohConn) and c.registered]:
-            if not self.still_allowed(c):
-                self.server.stats.denied[("iroh", "allow_list")] += 1
-                c.close("denied")
+        try:
+            self.tokens = load_tokens(path)
+        except (OSError, ValueError) as exc:
+            log.error("iroh token file reload failed, keeping %d tokens: %s", len(self.tokens or ()), exc)
+            return
+        log.info("iroh tokens reloaded: %d", len(self.tokens))
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class _Collector:
+    """iroh-only metrics, registered on the relay's Prometheus registry next to the shared ones."""
+
+    def __init__(self, service: IrohService) -> None:
+        self.service = service
+
+    def collect(self):
+        c = CounterMetricFamily("burrow_relay_iroh_logins", "iroh endpoints authenticated, by mechanism",
+                                labels=["mechanism"])
+        for mechanism in ("challenge", "key_material"):
+            c.add_metric([mechanism], self.service.logins.get(mechanism, 0))
+        yield c
 
 
 def _reply(conn, data: bytes) -> None:

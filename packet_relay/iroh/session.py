@@ -68,6 +68,10 @@ class Output:
 
 
 class IrohSession:
+    __slots__ = ("version", "challenge", "ping_interval", "pong_timeout", "jitter", "_interval", "state",
+                 "login", "endpoint_id", "_last_rx", "_ping_due", "_awaiting_pong", "_pong_deadline",
+                 "_ping_counter")
+
     def __init__(self, version: str, challenge: bytes, *, ping_interval: float = 15.0,
                  pong_timeout: float = 5.0, jitter: Callable[[], float] = lambda: 0.0) -> None:
         if version not in SUBPROTOCOLS:
@@ -79,6 +83,7 @@ class IrohSession:
         self.jitter = jitter
         self._interval = ping_interval + jitter()  # redrawn after every server ping
         self.state = "challenged"
+        self.login = "challenge"  # or "key_material" after a valid header login
         self.endpoint_id: bytes | None = None
         self._last_rx = 0.0
         self._ping_due = 0.0
@@ -91,6 +96,29 @@ class IrohSession:
         self._last_rx = now
         self._ping_due = now + self._interval
         return Output(send=[f.ServerChallenge(self.challenge).encode()])
+
+    def start_with_key_material(self, auth: f.KeyMaterialClientAuth, key_material: bytes | None,
+                                now: float) -> Output:
+        """Header login (TLS): `key_material` is this TLS session's exporter value for the claimed key
+        (label "iroh-relay handshake v1", context = auth.public_key, 32 bytes), None if unavailable.
+
+        Valid: authenticated without a challenge round trip (ServerConfirmsAuth follows accept()).
+        Otherwise, as upstream does, fall back to the challenge.
+        """
+        if key_material is not None and len(key_material) == 32 and \
+                key_material[16:] == auth.key_material_suffix:
+            try:
+                VerifyKey(auth.public_key).verify(key_material[:16], auth.signature)
+            except (BadSignatureError, NaclValueError):
+                pass
+            else:
+                self._last_rx = now
+                self._ping_due = now + self._interval
+                self.endpoint_id = auth.public_key
+                self.state = "checking"
+                self.login = "key_material"
+                return Output(events=[Authenticated(auth.public_key)])
+        return self.start(now)
 
     def accept(self) -> Output:
         """The access check allowed this endpoint."""

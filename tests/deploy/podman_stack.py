@@ -141,6 +141,7 @@ def build_local_base_tar(log: Path) -> Path:
     cached = cache_dir() / "bookworm-python3.tar"
     if cached.exists():
         return cached
+    note(log, f"debootstrap bookworm from {debian_mirror()}")
     if not shutil.which("debootstrap"):
         raise RuntimeError("no registry and no debootstrap: apt-get install debootstrap")
     with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
@@ -174,9 +175,9 @@ def base_image(client: Any, log: Path) -> str:
         client.images.pull(UPSTREAM_BASE)
         return UPSTREAM_BASE
     except docker.errors.APIError as exc:
-        with open(log, "a") as out:
-            out.write(f"no registry ({exc}); using a local Debian base\n")
+        note(log, f"cannot pull {UPSTREAM_BASE} ({exc}); using a local Debian base")
     tar = build_local_base_tar(log)
+    note(log, f"importing {tar} as {LOCAL_BASE}")
     result = client.api.import_image(src=str(tar), changes=['CMD ["/bin/bash"]'])
     image_id = json.loads(result.strip().splitlines()[-1])["id"] if isinstance(result, str) else result["id"]
     repository, tag = LOCAL_BASE.rsplit(":", 1)
@@ -198,6 +199,7 @@ def wheelhouse(workdir: Path, extras: str, log: Path) -> Iterator[str]:
                        timeout=900)
     for own in house.glob("burrow-*.whl"):
         own.unlink()
+    note(log, f"wheelhouse ready: {len(list(house.glob('*.whl')))} wheels")
     handler = functools.partial(_QuietHandler, directory=str(house))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -223,11 +225,16 @@ def context_archive(dockerfile: str) -> Any:
     return docker.utils.tar(str(REPO), exclude=patterns, dockerfile=(dockerfile, None))
 
 
+def note(log: Path, text: str) -> None:
+    with open(log, "a") as out:
+        out.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
+
+
 def build(client: Any, dockerfile: str, tag: str, base: str, pip_url: str, log: Path) -> str:
     context = context_archive(dockerfile)
     args = {"BASE_IMAGE": base, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": pip_url}
+    note(log, f"==== build {dockerfile} -> {tag} (base {base})")
     with open(log, "a") as out:
-        out.write(f"\n==== build {dockerfile} -> {tag} (base {base})\n")
         try:
             for chunk in client.api.build(fileobj=context, custom_context=True, dockerfile=dockerfile, tag=tag,
                                           buildargs=args, network_mode="host", isolation="chroot", rm=True,
@@ -238,6 +245,7 @@ def build(client: Any, dockerfile: str, tag: str, base: str, pip_url: str, log: 
         finally:
             context.close()
     client.images.get(tag)
+    note(log, f"==== built {tag}")
     return tag
 
 

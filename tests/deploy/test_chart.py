@@ -41,7 +41,7 @@ VALUE_SETS = {
         "publicHost": "burrow.example.org",
         "relay": {"tls": {"mode": "certManager"}},
         "eventLogs": {"persistence": {"enabled": True, "storageClass": "nfs"}},
-        "report": {"enabled": True, "timeZone": "Etc/UTC", "extraArgs": ["--since", "7d"]},
+        "report": {"enabled": True, "timeZone": "Etc/UTC", "extraArgs": ["--shuffle-partitions", "8"]},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
         "grafanaDashboard": {"enabled": True, "namespace": "monitoring",
                              "annotations": {"grafana_folder": "Burrow"}},
@@ -236,7 +236,7 @@ def test_optional_objects():
     container = pod_spec(cron)["containers"][0]
     assert container["image"] == "burrow-report:0.1.0"
     assert container["args"] == ["--logs", "/var/log/burrow/*.jsonl", "--out", "/var/log/burrow/report",
-                                 "--since", "7d"]
+                                 "--driver-memory", "1g", "--shuffle-partitions", "8"]
     claim = one(docs, "PersistentVolumeClaim", f"{FULL}-logs")
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert claim["spec"]["storageClassName"] == "nfs"
@@ -290,6 +290,7 @@ def test_notes_print_the_client_settings():
     assert "--transit-helper tcp:burrow.example.org:4001" in notes
     assert "https://burrow.example.org/derp" in notes
     assert "burrow.example.org:3478 (UDP)" in notes
+    assert "burrow relay-probe https://burrow.example.org --stun-port 3478 --insecure" in notes
 
     _, notes = render({"relay": {"service": {"port": 8443}}})
     assert "kubectl get svc" in notes  # no publicHost: how to find the address

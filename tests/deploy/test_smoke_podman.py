@@ -28,8 +28,10 @@ from tests.deploy.podman_stack import (
     Stack,
     base_image,
     build,
+    cache_dir,
     free_port,
     missing_prerequisites,
+    note,
     podman_service,
     wheelhouse,
 )
@@ -95,7 +97,8 @@ def wait_ready(url: str, deadline: float, stack: Stack) -> None:
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
     work = tmp_path_factory.mktemp("podman")
-    log = work / "smoke.log"
+    log = cache_dir() / "smoke.log"  # outside pytest's rotating tmp dirs, for CI post-mortems
+    log.write_text("")
     print(f"\nsmoke test log: {log}")
     with podman_service(work, log) as client:
         base = base_image(client, log)
@@ -119,9 +122,11 @@ def deployed(tmp_path_factory):
             stack = Stack(client, f"burrowsmoke{os.getpid()}", env, images)
             try:
                 stack.up(SERVICES)
+                note(log, "stack started")
                 deadline = time.monotonic() + 90
                 for name in SERVICES:
                     wait_ready(f"http://127.0.0.1:{ports[name + '_admin']}/readyz", deadline, stack)
+                note(log, "stack ready")
                 yield Deployed(client, stack, ports, work, log, base, pip_url)
             finally:
                 stack.down()
@@ -258,11 +263,18 @@ def test_report_profile_over_the_log_volume(deployed):
     stack = deployed.stack
     report = stack.create("report")
     report.start()
+    note(deployed.log, "report running")
     result = report.wait(timeout=600)
     output = report.logs().decode(errors="replace")
+    note(deployed.log, f"report finished: {result}")
     assert result["StatusCode"] == 0, output
-    lister = stack.client.containers.run(
-        SERVER_IMAGE, ["sh", "-c", "find /r -type f | sort"], remove=True,
+    lister = stack.client.containers.create(
+        SERVER_IMAGE, ["sh", "-c", "find /r -type f | sort"],
         volumes={f"{stack.project}_reports": {"bind": "/r", "mode": "ro"}})
-    files = lister.decode().split()
+    try:
+        lister.start()
+        assert lister.wait(timeout=60)["StatusCode"] == 0
+        files = lister.logs().decode().split()
+    finally:
+        lister.remove(force=True, v=True)
     assert any(f.endswith(".html") for f in files), (files, output)

@@ -89,11 +89,13 @@ class Peer:
 
 class CuttingProxy:
     """A TCP proxy (127.0.0.1, ephemeral port) in front of a transit relay that aborts every connection
-    `cut_after` seconds after it was accepted; `cuts` counts the aborted connections."""
+    `cut_after` seconds after it was accepted; `cuts` counts the aborted connections. `max_rate` (bytes/s per
+    direction and connection) slows it down so that a transfer surely spans several cuts."""
 
-    def __init__(self, target_port: int, cut_after: float = 2.0):
+    def __init__(self, target_port: int, cut_after: float = 2.0, max_rate: float | None = None):
         self.target_port = target_port
         self.cut_after = cut_after
+        self.max_rate = max_rate
         self.cuts = 0
         self.connections = 0
         self._server: asyncio.base_events.Server | None = None
@@ -122,6 +124,8 @@ class CuttingProxy:
                 while data := await r.read(256 * 1024):
                     w.write(data)
                     await w.drain()
+                    if self.max_rate:
+                        await asyncio.sleep(len(data) / self.max_rate)
             except (ConnectionError, OSError):
                 pass
             finally:

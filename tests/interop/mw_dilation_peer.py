@@ -16,11 +16,10 @@ import os
 import struct
 import sys
 
+import wormhole
 from twisted.internet import defer, protocol, task
 from twisted.internet.interfaces import IPullProducer
 from zope.interface import implementer
-
-import wormhole
 
 APPID = "lothar.com/wormhole/text-or-file-xfer"
 BLOCK = os.urandom(256 * 1024)

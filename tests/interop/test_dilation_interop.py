@@ -86,7 +86,7 @@ async def test_100mb_each_way_with_magic_wormhole_024(servers, side, listen):
 @pytest.mark.slow
 @pytest.mark.parametrize("side", [LEADER, FOLLOWER], ids=["burrow-leader", "burrow-follower"])
 async def test_200mb_with_relay_cut_every_2s_against_magic_wormhole_024(servers, side):
-    proxy = CuttingProxy(servers.transit_port, cut_after=2.0)
+    proxy = CuttingProxy(servers.transit_port, cut_after=2.0, max_rate=50e6)  # >= 4 s: >= 2 cuts
     await proxy.start()
     try:
         d, paths, _ = await run_pair(servers, side=side, listen=False, size=200_000_000, transit=proxy.location,

@@ -7,7 +7,11 @@ import shutil
 import subprocess
 
 import pytest
-from mailbox_helpers import MailboxProcess, TransitRelay, wormhole
+
+try:  # tests/interop has no __init__.py: pytest puts this folder on sys.path
+    from mailbox_helpers import MailboxProcess, TransitRelay, wormhole
+except ImportError:  # pragma: no cover - if the folder becomes a package
+    from tests.interop.mailbox_helpers import MailboxProcess, TransitRelay, wormhole
 
 pytestmark = [pytest.mark.interop]
 NO_TRANSIT = "tcp:127.0.0.1:1"  # text needs no transit; a dead helper keeps clients off the internet
@@ -131,3 +135,26 @@ def test_motd_is_shown_and_exchange_continues(tmp_path):
         assert "be nice to the server" in out + rx.stderr
     finally:
         server.stop()
+
+
+def test_wormhole_allocated_code(mailbox, tmp_path):
+    """magic-wormhole without --code: allocate, claim, then the receiver types the printed code."""
+    sender = subprocess.Popen(wormhole(mailbox.url, NO_TRANSIT, "send", "--text", "short code"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        code = None
+        for line in sender.stdout:
+            if line.startswith("Wormhole code is:"):
+                code = line.split()[-1]
+                break
+        assert code and code.split("-")[0] in {str(i) for i in range(1, 10)}, code  # 1-9 are free
+        rx = subprocess.run(wormhole(mailbox.url, NO_TRANSIT, "receive", code), capture_output=True, text=True,
+                            timeout=60, cwd=tmp_path)
+        assert rx.returncode == 0, rx.stderr
+        assert rx.stdout.strip() == "short code"
+        sender.communicate(timeout=60)
+        assert sender.returncode == 0
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+            sender.wait()

@@ -143,6 +143,7 @@ def test_file_through_our_relay(sandbox, tmp_path, sender, receiver):
     src = src_dir / name
     src.write_bytes(os.urandom(SIZE))
     before = _happy_lines(sandbox.event_log)
+    before_lines = len(sandbox.event_log.read_text().splitlines()) if sandbox.event_log.exists() else 0
     code = {"python": 11, "william": 12}[sender] * 10 + {"python": 1, "william": 2}[receiver]
     code = f"{code}-guitarist-revenge"
     s = SENDERS[sender](sandbox, src, code, src_dir)
@@ -155,8 +156,9 @@ def test_file_through_our_relay(sandbox, tmp_path, sender, receiver):
         for p in (s, r):
             if p.poll() is None:
                 p.kill()
-    assert r.returncode == 0, r_out
-    assert s.returncode == 0, s_out
+    relay_lines = sandbox.event_log.read_text().splitlines()[before_lines:]
+    assert r.returncode == 0, (r_out, s_out, relay_lines)
+    assert s.returncode == 0, (s_out, relay_lines)
     got = dst_dir / name
     assert got.exists(), (r_out, s_out, list(dst_dir.iterdir()))
     assert hashlib.sha256(got.read_bytes()).hexdigest() == hashlib.sha256(src.read_bytes()).hexdigest()

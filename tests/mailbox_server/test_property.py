@@ -27,7 +27,7 @@ frame = st.one_of(message.map(json.dumps), json_value.map(json.dumps), st.binary
                   st.text(max_size=40))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(st.tuples(st.integers(0, 2), frame), max_size=25))
 def test_random_frames_never_crash_or_leak(tmp_path_factory, frames):
     store = Store(str(tmp_path_factory.mktemp("db") / "mb.sqlite"))

@@ -244,3 +244,42 @@ async def test_oversized_frame_is_refused_with_1009(tmp_path):
         await srv.stop()
     lines = [json.loads(x) for x in open(tmp_path / "events.jsonl")]
     assert [x["close_reason"] for x in lines if x["event"] == "connection"] == ["limit"]
+
+
+@pytest.mark.parametrize("peer, headers, you", [
+    (("127.0.0.1", 5000), {}, {"port": 5000, "ipv4": "127.0.0.1"}),
+    (("::ffff:10.0.0.1", 5001, 0, 0), {}, {"port": 5001, "ipv4": "10.0.0.1"}),
+    (("::1", 5002, 0, 0), {}, {"port": 5002, "ipv6": "::1"}),
+    (("127.0.0.1", 1), {"X-Real-IP": "198.51.100.7", "X-Real-Port": "4444"}, {"port": 4444, "ipv4": "198.51.100.7"}),
+    (("127.0.0.1", 1), {"X-Real-IP": "198.51.100.7", "X-Real-Port": "nope"}, {"ipv4": "198.51.100.7"}),
+])
+def test_your_address(peer, headers, you):
+    from websockets.datastructures import Headers
+
+    from mailbox_server.wsconn import address_of
+
+    assert address_of(peer, Headers(headers))[0] == you
+
+
+async def test_random_bytes_on_the_wire_never_hurt_the_server(server):
+    """Raw TCP: a valid upgrade followed by random bytes (bad frames, bad UTF-8, huge lengths)."""
+    import random
+
+    rng = random.Random(7)
+    handshake = (b"GET /v1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    for _ in range(30):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        prefix = handshake if rng.random() < 0.8 else b""
+        writer.write(prefix + bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 300))))
+        await writer.drain()
+        try:
+            await asyncio.wait_for(reader.read(65536), 0.2)
+        except (TimeoutError, ConnectionError):
+            pass
+        writer.close()
+    url = f"ws://127.0.0.1:{server.port}/v1"
+    async with connect(url) as a:
+        await recv(a)
+        await call(a, type="ping", ping="still here")
+        assert [await recv(a), await recv(a)] == [{"type": "ack", "id": None}, {"type": "pong", "pong": "still here"}]

@@ -116,7 +116,7 @@ async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(se
 
 @pytest.mark.slow
 async def test_200mb_relay_with_connection_cut_every_2s(servers):
-    proxy = CuttingProxy(servers.transit_port, cut_after=2.0)
+    proxy = CuttingProxy(servers.transit_port, cut_after=2.0, max_rate=50e6)  # >= 4 s: >= 2 cuts
     await proxy.start()
     da, db, (sa, _), close = await pair(servers, listen=False, transit=proxy.location, ping_interval=5.0)
     listener = db.listen("bulk")

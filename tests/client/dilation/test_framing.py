@@ -139,3 +139,14 @@ def test_tampered_message_fails():
     ct[0] ^= 1
     with pytest.raises(NoiseError):
         follower.decrypt(bytes(ct))
+
+
+def test_encrypt_pieces_equals_encrypt_of_concatenation():
+    a1, f1 = handshake()
+    a2, f2 = handshake()
+    for size in (0, 10, NOISE_MAX_PAYLOAD - 9, NOISE_MAX_PAYLOAD - 8, 3 * NOISE_MAX_PAYLOAD + 5):
+        head, body = b"H" * 9, bytes(i % 256 for i in range(size))
+        pieces = a1.encrypt_pieces(head, body)
+        assert all(len(p) <= NOISE_MAX_CIPHERTEXT for p in pieces)
+        assert f1.decrypt(b"".join(pieces)) == head + body
+        assert f2.decrypt(a2.encrypt(head + body)) == head + body

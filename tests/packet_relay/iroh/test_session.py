@@ -1,5 +1,7 @@
 """The iroh relay connection state machine with a manual clock and real Ed25519 signatures."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nacl.signing import SigningKey
 
 from packet_relay.iroh import frames as f
@@ -122,3 +124,19 @@ def test_next_deadline_follows_pings_and_pongs_with_jitter():
     assert session.next_deadline() == 25.0          # now the pong deadline
     session.receive(b"\x0a" + ping[1:], 21.0)
     assert session.next_deadline() == 38.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=80), max_size=6), st.booleans())
+def test_any_message_sequence_is_handled_or_closes_cleanly(messages, logged_in):
+    if logged_in:
+        session, _ = _login()
+    else:
+        session = IrohSession("iroh-relay-v2", CHALLENGE)
+        session.start(0.0)
+    for m in messages:
+        out = session.receive(m, 1.0)
+        assert all(isinstance(ev, (Authenticated, Forward, Closed)) for ev in out.events)
+        if session.state == "closed":
+            assert session.receive(b"\x09" + b"x" * 8, 1.0).send == []
+            break

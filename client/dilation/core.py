@@ -1,0 +1,437 @@
+"""The asyncio Dilation core: one object per dilated wormhole (aio.py builds it from a Wormhole).
+
+in:  `dilate-N` plaintexts (received_message), the peer's versions (start), app calls (open, listen, close)
+out: `dilate-N` messages (send_phase), (reader, writer) pairs per subchannel, status events, records
+
+It glues the sans-IO layers: manager.Manager (L1) decides generations, transport.Connector runs one
+generation's race (L2), connection.Keepalive watches the selected connection (L3), reliable.Outbound/Inbound
+re-send and deduplicate (L4), subchannel.Mux routes OPEN/DATA/CLOSE (L5).
+
+Flow control: writers `await drain()` while the unacknowledged bytes exceed `max_unacked_bytes` or the
+socket's buffer is above its high-water mark; the L2 connection stops reading while any subchannel reader holds
+more than twice `reader_limit` bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .connection import KCM, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
+from .errors import DilationError, ProtocolError
+from .framing import DEFAULT_MAX_FRAME
+from .manager import (
+    Abandon,
+    Failed,
+    Manager,
+    Send,
+    StartConnecting,
+    Status,
+    StopConnecting,
+    UseHints,
+)
+from .reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound
+from .stream import SubchannelListener, SubchannelReader, SubchannelWriter
+from .subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
+from .transport import Connector, L2Protocol, parse_relay_location
+
+log = logging.getLogger(__name__)
+
+MAX_RECORD_PAYLOAD = 256 * 1024  # bytes of app data per DATA record (several Noise messages, one frame)
+READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the connection pauses (x2)
+LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
+GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
+CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
+
+
+@dataclass(frozen=True)
+class DilationStatus:
+    state: str  # wanting | connecting | connected | reconnecting | stopped | failed
+    generation: int
+    path: str | None = None  # for "connected": e.g. "direct tcp:10.0.0.5:4711" or "relay tcp:host:4001"
+    reason: str | None = None
+
+
+class Dilation:
+    def __init__(self, *, send_phase: Callable[[str, bytes], None], dilation_key: bytes,
+                 transit_relay: str | None = None, listen: bool = True, listen_addresses: list[str] | None = None,
+                 ping_interval: float = 30.0, relay_delay: float = 2.0, side: str | None = None,
+                 on_status: Callable[[DilationStatus], None] | None = None,
+                 max_unacked_bytes: int = DEFAULT_MAX_UNACKED_BYTES, reader_limit: int = READER_LIMIT,
+                 max_record_payload: int = MAX_RECORD_PAYLOAD, max_frame: int = DEFAULT_MAX_FRAME,
+                 generation_timeout: float = GENERATION_TIMEOUT):
+        self._send_phase = send_phase
+        self._key = dilation_key
+        self._relay = parse_relay_location(transit_relay) if transit_relay else None
+        self._listen, self._listen_addresses = listen, listen_addresses
+        self._ping_interval, self._relay_delay = ping_interval, relay_delay
+        self._on_status = on_status
+        self._reader_limit = reader_limit
+        self.max_record_payload = max_record_payload
+        self._max_frame = max_frame
+        self._generation_timeout = generation_timeout
+        self.manager = Manager(side=side)
+        self.outbound = Outbound(max_unacked_bytes)
+        self.inbound = Inbound()
+        self.mux: Mux | None = None
+        self.codec: RecordCodec | None = None
+        self.status = DilationStatus("waiting", 0)
+        self.connection: L2Protocol | None = None
+        self._connector: Connector | None = None
+        self._keepalive: Keepalive | None = None
+        self._ka_timer: asyncio.TimerHandle | None = None
+        self._gen_timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._role_known = self._loop.create_future()
+        self._first_connection = self._loop.create_future()
+        self._stopped = self._loop.create_future()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._transport_paused = False
+        self._paused_readers: set[int] = set()
+        self._readers: dict[int, SubchannelReader] = {}
+        self._writers: dict[int, SubchannelWriter] = {}
+        self._listeners: dict[str, asyncio.Queue] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self.counters = {"records_in": 0, "records_out": 0, "resent": 0, "duplicates": 0, "ignored": 0,
+                         "connections": 0, "bad_connections": 0}
+
+    # ---------------------------------------------------------------- L1 plumbing
+    def start(self, peer_versions: dict) -> None:
+        self._run(self.manager.start(peer_versions))
+
+    def received_message(self, plaintext: bytes) -> None:
+        try:
+            msg = json.loads(plaintext)
+        except ValueError:
+            log.warning("ignoring a dilate message that is not JSON")
+            return
+        self._run(self.manager.receive(msg))
+
+    def send_hints(self, hints: list) -> None:
+        self._run([self.manager._send(type="connection-hints", hints=hints)])
+
+    def _run(self, actions) -> None:
+        for a in actions:
+            if isinstance(a, Send):
+                self._send_phase(a.phase, json.dumps(a.message).encode("utf-8"))
+            elif isinstance(a, StartConnecting):
+                self._start_generation(a.generation)
+            elif isinstance(a, StopConnecting):
+                self._stop_generation()
+            elif isinstance(a, UseHints):
+                if self._connector is not None and self._connector.generation == a.generation:
+                    self._connector.use_hints(a.hints)
+            elif isinstance(a, Abandon):
+                if self.connection is not None:
+                    self.connection.drop()
+            elif isinstance(a, Status):
+                self._set_status(a.name)
+            elif isinstance(a, Failed):
+                self._fail(a.reason)
+
+    def _set_status(self, name: str, path: str | None = None) -> None:
+        self.status = DilationStatus(name, self.manager.generation, path)
+        if name == "stopped" and not self._stopped.done():
+            self._stopped.set_result(None)
+        if self._on_status is not None:
+            self._on_status(self.status)
+
+    def _fail(self, reason: str) -> None:
+        self.status = DilationStatus("failed", self.manager.generation, reason=reason)
+        err = DilationError(reason)
+        for f in (self._role_known, self._first_connection, self._stopped):
+            if not f.done():
+                f.set_exception(err)
+                f.exception()  # mark retrieved: the caller may never await this one
+        if self._on_status is not None:
+            self._on_status(self.status)
+
+    def _ensure_role(self) -> None:
+        if self.mux is None and self.manager.leader is not None:
+            self.codec = RecordCodec(self.manager.version or "ged")
+            self.mux = Mux(leader=self.manager.leader, outbound=self.outbound, inbound=self.inbound)
+            if not self._role_known.done():
+                self._role_known.set_result(None)
+
+    def _start_generation(self, generation: int) -> None:
+        self._ensure_role()
+        self._stop_generation()
+        version = self.manager.version or "ged"
+        c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
+                      codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
+                      listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
+                      max_frame=self._max_frame)
+        self._connector = c
+        self._spawn(c.start())
+        if self.manager.leader:
+            self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
+
+    def _generation_expired(self, c: Connector) -> None:
+        if self._connector is c and c.winner is None:
+            self._run(self.manager.leader_gave_up_connecting())
+
+    def _stop_generation(self) -> None:
+        if self._gen_timer is not None:
+            self._gen_timer.cancel()
+            self._gen_timer = None
+        if self._connector is not None:
+            self._connector.stop(keep=self._connector.winner)
+            self._connector = None
+
+    def _spawn(self, coro) -> None:
+        t = self._loop.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.warning("dilation task failed: %r", t.exception())
+
+    # ---------------------------------------------------------------- L2/L3 events
+    def on_connection_made(self, connector: Connector, p: L2Protocol) -> None:
+        if connector is not self._connector or self.connection is not None:
+            p.drop()
+            return
+        self.counters["connections"] += 1
+        self.connection = p
+        p.selected(self)
+        self._transport_paused = False
+        if self._paused_readers:
+            p.transport.pause_reading()
+        self._run(self.manager.connection_made())
+        self._set_status("connected", p.attempt.description)
+        # L4: everything unacknowledged goes out again, in order, before anything new
+        resend = self.outbound.unacked()
+        self.counters["resent"] += len(resend)
+        if resend:
+            enc = p.attempt.encrypt_pieces
+            for r in resend:
+                p.transport.writelines(enc(r))
+        now = self._loop.time()
+        self._keepalive = Keepalive(leader=bool(self.manager.leader), interval=self._ping_interval, now=now,
+                                    version=self.codec.version)
+        self._keepalive_tick()
+        self._update_writable()
+        if not self._first_connection.done():
+            self._first_connection.set_result(None)
+
+    def on_connection_lost(self, p: L2Protocol) -> None:
+        if p is not self.connection:
+            return
+        self.connection = None
+        self._keepalive = None
+        if self._ka_timer is not None:
+            self._ka_timer.cancel()
+            self._ka_timer = None
+        self._update_writable()
+        self._run(self.manager.connection_lost())
+
+    def transport_paused(self, p: L2Protocol, paused: bool) -> None:
+        if p is self.connection:
+            self._transport_paused = paused
+            self._update_writable()
+
+    def _keepalive_tick(self) -> None:
+        self._ka_timer = None
+        ka, p = self._keepalive, self.connection
+        if ka is None or p is None:
+            return
+        now = self._loop.time()
+        for r in ka.tick(now):
+            if r == "dead":
+                log.info("dilation connection %s is silent; dropping it", p.attempt.description)
+                p.drop()
+                return
+            self._send_now(r)
+        self._ka_timer = self._loop.call_at(max(ka.next_deadline(), now + 0.01), self._keepalive_tick)
+
+    def on_records(self, p: L2Protocol, records: list) -> None:
+        if p is not self.connection or self.mux is None:
+            return
+        if self._keepalive is not None:
+            self._keepalive.received(self._loop.time())
+        self.counters["records_in"] += len(records)
+        ack_needed = False
+        try:
+            for r in records:
+                if isinstance(r, Data | Open | Close):
+                    ack_needed = True
+                    if r.seqnum <= self.inbound.watermark:
+                        self.counters["duplicates"] += 1
+                        continue
+                    events, replies = self.mux.receive(r)
+                    for rec in replies:
+                        self._send_now(rec)
+                    for ev in events:
+                        self._deliver(ev)
+                elif isinstance(r, Ack):
+                    self.outbound.ack(r.resp_seqnum)
+                    if not self._writable.is_set():
+                        self._update_writable()
+                elif isinstance(r, Ping):
+                    self._send_now(Pong(r.ping_id))
+                elif isinstance(r, Pong | KCM):
+                    pass
+        except ProtocolError as e:
+            log.warning("dropping dilation connection: %s", e)
+            self.counters["bad_connections"] += 1
+            p.drop()
+            return
+        if ack_needed and self.connection is p:
+            self._send_now(Ack(self.inbound.watermark))
+
+    def _deliver(self, ev) -> None:
+        if isinstance(ev, Received):
+            reader = self._readers.get(ev.scid)
+            if reader is not None:
+                reader.feed_data(ev.data)
+        elif isinstance(ev, Accepted):
+            self._accepted(ev.scid, ev.subprotocol)
+        elif isinstance(ev, Pending):
+            self._make_pair(ev.scid, ev.subprotocol)
+        elif isinstance(ev, EndOfStream):
+            reader = self._readers.get(ev.scid)
+            if reader is not None:
+                reader.feed_eof()
+        elif isinstance(ev, Finished):
+            self._finished(ev.scid)
+        elif isinstance(ev, Ignored):
+            self.counters["ignored"] += 1
+            log.debug("dilation: %s", ev.why)
+
+    def _send_now(self, r) -> None:
+        p = self.connection
+        if p is not None and not p.closed:
+            p.transport.write(p.attempt.encrypt(r))
+            self.counters["records_out"] += 1
+            if self._keepalive is not None:
+                self._keepalive.sent(self._loop.time())
+
+    def _update_writable(self) -> None:
+        if self.outbound.full or self._transport_paused:
+            self._writable.clear()
+        else:
+            self._writable.set()
+
+    # ---------------------------------------------------------------- L5 for the stream objects
+    def _make_pair(self, scid: int, subprotocol: str) -> tuple[SubchannelReader, SubchannelWriter]:
+        reader = SubchannelReader(self, scid, limit=self._reader_limit)
+        writer = SubchannelWriter(self, scid, subprotocol)
+        self._readers[scid] = reader
+        self._writers[scid] = writer
+        return reader, writer
+
+    def _accepted(self, scid: int, subprotocol: str) -> None:
+        if scid not in self._readers:
+            self._make_pair(scid, subprotocol)
+        q = self._listeners.get(subprotocol)
+        if q is not None:
+            q.put_nowait((self._readers[scid], self._writers[scid]))
+
+    def _finished(self, scid: int) -> None:
+        self._paused_readers.discard(scid)
+        w = self._writers.pop(scid, None)
+        self._readers.pop(scid, None)
+        if w is not None:
+            w._finished()
+        self._maybe_resume_reading()
+
+    def subchannel_write(self, scid: int, data: bytes) -> None:
+        """Queue app bytes as DATA records (L4 keeps them until acknowledged) and send them if connected."""
+        step = self.max_record_payload
+        chunks = [data] if len(data) <= step else [data[i : i + step] for i in range(0, len(data), step)]
+        p = self.connection
+        for chunk in chunks:
+            rec = self.mux.write(scid, chunk)
+            if p is not None and not p.closed:
+                p.transport.writelines(p.attempt.encrypt_pieces(rec))
+        if self.outbound.full:
+            self._writable.clear()
+
+    def subchannel_close(self, scid: int) -> None:
+        rec, events = self.mux.close(scid)
+        if rec is not None:
+            self._send_now(rec)
+        for ev in events:
+            self._deliver(ev)
+
+    def reader_paused(self, scid: int, paused: bool) -> None:
+        if paused:
+            if not self._paused_readers and self.connection is not None:
+                self.connection.transport.pause_reading()
+            self._paused_readers.add(scid)
+        else:
+            self._paused_readers.discard(scid)
+            self._maybe_resume_reading()
+
+    def _maybe_resume_reading(self) -> None:
+        if not self._paused_readers and self.connection is not None and not self.connection.closed:
+            self.connection.transport.resume_reading()
+
+    async def wait_writable(self) -> None:
+        await self._writable.wait()
+
+    # ---------------------------------------------------------------- public API
+    @property
+    def leader(self) -> bool | None:
+        return self.manager.leader
+
+    async def when_connected(self) -> None:
+        await self._first_connection
+
+    async def open(self, subprotocol: str) -> tuple[SubchannelReader, SubchannelWriter]:
+        """Open a subchannel to the peer's listener for `subprotocol`."""
+        await asyncio.shield(self._role_known)
+        scid, rec = self.mux.open(subprotocol)
+        pair = self._make_pair(scid, subprotocol)
+        self._send_now(rec)
+        return pair
+
+    def listen(self, subprotocol: str, backlog: int = LISTEN_BACKLOG) -> SubchannelListener:
+        """Accept subchannels the peer opens for `subprotocol` (`await listener.accept()`)."""
+        if subprotocol in self._listeners:
+            raise DilationError(f"already listening for {subprotocol!r}")
+        q: asyncio.Queue = asyncio.Queue(backlog)
+        self._listeners[subprotocol] = q
+        listener = SubchannelListener(subprotocol, q)
+        if self.mux is not None:
+            for ev in self.mux.listen(subprotocol):
+                self._deliver(ev)
+        else:
+            self._spawn(self._listen_when_ready(subprotocol))
+        return listener
+
+    async def _listen_when_ready(self, subprotocol: str) -> None:
+        await asyncio.shield(self._role_known)
+        for ev in self.mux.listen(subprotocol):
+            self._deliver(ev)
+
+    async def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
+        """Wait until the peer acknowledged everything we sent; False on timeout."""
+        deadline = self._loop.time() + timeout
+        while len(self.outbound) and self._loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        return not len(self.outbound)
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop dilating: wait (bounded) for our data to be acknowledged, then drop everything."""
+        if self.mux is not None and self.manager.state not in ("STOPPED", "STOPPING"):
+            await self.flush(timeout)
+        self._run(self.manager.stop())
+        self._stop_generation()
+        if self.connection is not None:
+            self.connection.drop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._stopped), 2.0)
+        for t in list(self._tasks):
+            t.cancel()
+        if self._ka_timer is not None:
+            self._ka_timer.cancel()
+        for r in self._readers.values():
+            r.feed_eof()

@@ -1,0 +1,98 @@
+"""CLI glue for Dilated File-Transfer, for client/cli.py to call (`burrow send --dilated`, `burrow receive`).
+
+  rc = await cmd_send_dilated(args)       # args: relay_url, transit_helper, appid, code, code_length,
+                                          #       no_listen, hide_progress, what (path), optional parallel
+  w = Wormhole(..., **RECEIVER_WORMHOLE_KWARGS)  # so a dilated sender can be recognised
+  if is_dilated_sender(w.peer_versions):  # after `await w.get_verifier()`
+      rc = await receive_dilated(w, args, confirm)  # confirm(name, size, is_dir) -> bool, may be None
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from .aio import DILATION_VERSIONS
+from .filetransfer import Report, app_versions, peer_transfer, receive_on, send_on
+
+RECEIVER_WORMHOLE_KWARGS = {"versions_extra": DILATION_VERSIONS, "app_versions": app_versions("receive", "ask")}
+SENDER_WORMHOLE_KWARGS = {"versions_extra": DILATION_VERSIONS, "app_versions": app_versions("send", "ask")}
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def is_dilated_sender(peer_versions: dict | None) -> bool:
+    t = peer_transfer(peer_versions)
+    return t is not None and t.get("mode") in ("send", "connect")
+
+
+def _status(s) -> None:
+    if s.state in ("connected", "reconnecting"):
+        _say(f"dilation {s.state}{' via ' + s.path if s.path else ''} (generation {s.generation})")
+
+
+def _progress(enabled: bool, total: int) -> Callable[[int], None] | None:
+    if not enabled:
+        return None
+    from ..progress import ProgressBar
+
+    bar, done = ProgressBar(), [0]
+
+    def step(n: int) -> None:
+        done[0] += n
+        bar(done[0], total)
+
+    return step
+
+
+def _summary(report: Report, verb: str) -> None:
+    _say(f"{verb} {len(report.sent) or len(report.received)} file(s), {report.data_bytes} bytes"
+         + (f"; skipped (already there): {', '.join(report.skipped)}" if report.skipped else "")
+         + (f"; rejected: {', '.join(report.rejected)}" if report.rejected else ""))
+
+
+async def cmd_send_dilated(args) -> int:
+    from ..wormhole import Wormhole
+
+    paths = [Path(p) for p in (args.what if isinstance(args.what, list) else [args.what])]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        _say(f"burrow send: {missing[0]} does not exist")
+        return 2
+    total = sum(p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+                for p in paths)
+    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, **SENDER_WORMHOLE_KWARGS)
+    await w.open()
+    try:
+        if args.code:
+            w.set_code(args.code)
+        else:
+            w.allocate_code(args.code_length)
+        code = await w.get_code()
+        _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\nburrow receive {code}\n")
+        report = await send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
+                               progress=_progress(not args.hide_progress, total), on_status=_status)
+        _summary(report, "Sent")
+        await w.close()
+        return 5 if report.rejected else 0
+    finally:
+        try:
+            await w.close()
+        except Exception:
+            pass
+
+
+async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable[bool]] | None = None) -> int:
+    out = Path(args.output_file) if getattr(args, "output_file", None) else Path.cwd()
+    out.mkdir(parents=True, exist_ok=True)
+    if confirm is None and getattr(args, "accept_file", False):
+        async def confirm(name: str, size: int, is_dir: bool) -> bool:
+            return True
+    report = await receive_on(w, out, accept=confirm, listen=not args.no_listen,
+                              on_status=_status,
+                              on_text=lambda t: _say(f"peer says: {t}"))
+    _summary(report, "Received")
+    return 5 if report.rejected else 0

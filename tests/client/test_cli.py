@@ -1,0 +1,85 @@
+"""The `burrow` CLI: parser defaults, exit codes, progress bar, and real send/receive processes."""
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from client import cli, errors
+from client.progress import ProgressBar, human
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_defaults_from_environment(monkeypatch):
+    monkeypatch.setenv("BURROW_RELAY_URL", "ws://example:1/v1")
+    monkeypatch.setenv("BURROW_TRANSIT_HELPER", "tcp:example:2")
+    args = cli.build_parser().parse_args(["send", "--text", "x"])
+    assert args.relay_url == "ws://example:1/v1" and args.transit_helper == "tcp:example:2"
+    monkeypatch.delenv("BURROW_RELAY_URL")
+    monkeypatch.delenv("BURROW_TRANSIT_HELPER")
+    args = cli.build_parser().parse_args(["receive", "--accept-file", "-o", "out", "1-a-b"])
+    assert args.relay_url == cli.DEFAULT_RELAY_URL and args.transit_helper == cli.DEFAULT_TRANSIT_HELPER
+    assert args.code == "1-a-b" and str(args.output_file) == "out"
+
+
+@pytest.mark.parametrize("exc,code", [
+    (errors.WrongCodeError(), 3), (errors.ServerConnectionError("x"), 4), (errors.ServerError("crowded"), 4),
+    (errors.WelcomeError("x"), 4), (errors.TransferRejected("x"), 5), (errors.TransferError("remote error: "
+                                                                                               "transfer rejected"), 5),
+    (errors.LonelyError("x"), 6), (errors.PeerGoneError("x"), 6), (errors.TransitError("x"), 7),
+    (errors.TransferError("bad hash"), 1), (errors.CodeFormatError("x"), 2)])
+def test_exit_codes(exc, code):
+    assert cli.exit_code_for(exc) == code
+
+
+def test_progress_bar_rate_and_eta():
+    now = [100.0]
+    out = io.StringIO()
+    bar = ProgressBar(out, clock=lambda: now[0])
+    now[0] = 102.0
+    line = bar.render(50_000_000, 100_000_000, now[0])
+    assert "50.0%" in line and "25.0 MB/s" in line and "ETA 0:00:02" in line
+    bar(100_000_000, 100_000_000)
+    bar.finish()
+    assert out.getvalue().endswith("\n") and "100.0%" in out.getvalue()
+    assert human(999) == "999 B" and human(1_500_000) == "1.5 MB"
+
+
+def test_hidden_progress_writes_nothing():
+    out = io.StringIO()
+    bar = ProgressBar(out, enabled=False)
+    bar(1, 2)
+    bar.finish()
+    assert out.getvalue() == ""
+
+
+def _burrow(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "client.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_cli_text_roundtrip_and_wrong_code(wormhole_servers, tmp_path):
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper]
+    s = _burrow("send", *common, "--text", "multi\nline ✓", "--code", "4321-purple-sausages")
+    r = _burrow("receive", *common, "4321-purple-sausages", cwd=tmp_path)
+    rout, rerr = r.communicate(timeout=60)
+    sout, serr = s.communicate(timeout=60)
+    assert r.returncode == 0 and s.returncode == 0, (rerr, serr)
+    assert "multi\\nline ✓" in rout  # escaped like magic-wormhole, one line
+    assert "Wormhole code is: 4321-purple-sausages" in serr
+    s = _burrow("send", *common, "--text", "x", "--code", "4322-purple-sausages")
+    r = _burrow("receive", *common, "4322-purple-sausage", cwd=tmp_path)
+    r.communicate(timeout=60)
+    s.communicate(timeout=60)
+    assert r.returncode == 3 and s.returncode == 3
+
+
+def test_cli_usage_errors(tmp_path):
+    p = _burrow("send", "--relay-url", "ws://127.0.0.1:1/v1", str(tmp_path / "missing"))
+    p.communicate(timeout=30)
+    assert p.returncode == 2
+    p = _burrow("send", "--relay-url", "ws://127.0.0.1:1/v1", "--text", "x")
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 4 and "ERROR" in err

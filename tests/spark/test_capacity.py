@@ -1,0 +1,82 @@
+"""Capacity plan on explicit daily peaks: regression, nodes needed, days until full."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from spark.capacity import (
+    CapacityConfig,
+    CapacityConfigError,
+    NodeCapacity,
+    forecast,
+    load_capacity,
+    plan,
+    plan_by_service,
+    trends,
+)
+
+D0 = dt.date(2026, 1, 1)
+
+
+@pytest.fixture(scope="module")
+def daily(spark):
+    rows = [("transit", D0 + dt.timedelta(days=i), 100 * (i + 1), 10, 1000.0, 1440, True) for i in range(4)]
+    rows.append(("transit", D0 + dt.timedelta(days=4), 5, 1, 1.0, 30, False))  # partial last day: ignored
+    rows.append(("relay", D0, 50, 50, 10.0, 600, False))  # only partial days: used
+    return spark.createDataFrame(rows, "service string, day date, sessions_peak long, connections_peak long, "
+                                       "bytes_per_s_peak double, minutes long, complete boolean")
+
+
+CFG = CapacityConfig(headroom=0.5, horizon_days=10, services={
+    "transit": NodeCapacity(nodes=1, sessions=1000, connections=100, bytes_per_s=None),
+    "relay": NodeCapacity(nodes=2, sessions=40, connections=None, bytes_per_s=None),
+})
+
+
+def test_trend_is_a_least_squares_line_over_complete_days(daily):
+    got = {(r["service"], r["resource"]): r for r in trends(daily).collect()}
+    s = got[("transit", "sessions")]
+    assert (s["days"], s["slope_per_day"], s["r2"], s["peak"], s["trend_now"]) == (
+        4, pytest.approx(100.0), pytest.approx(1.0), 400.0, pytest.approx(400.0))
+    assert got[("transit", "connections")]["slope_per_day"] == 0.0
+    assert got[("relay", "sessions")]["days"] == 1 and got[("relay", "sessions")]["slope_per_day"] is None
+
+
+def test_plan(daily):
+    got = {(r["service"], r["resource"]): r for r in plan(daily, CFG).collect()}
+    assert set(got) == {("transit", "sessions"), ("transit", "connections"), ("relay", "sessions")}
+    s = got[("transit", "sessions")]
+    assert (s["usable_per_node"], s["nodes_needed"]) == (500.0, 1)
+    assert s["days_until_full"] == pytest.approx(1.0) and s["full_on"] == dt.date(2026, 1, 5)
+    assert s["nodes_needed_horizon"] == 3  # 400 + 10 days x 100 = 1400 over 500 usable
+    c = got[("transit", "connections")]
+    assert c["days_until_full"] is None and c["nodes_needed"] == 1  # flat trend never fills
+    r = got[("relay", "sessions")]  # 50 at peak, 2 nodes x 20 usable: already over
+    assert (r["nodes_needed"], r["days_until_full"]) == (3, 0.0)
+    by = {x["service"]: x for x in plan_by_service(plan(daily, CFG)).collect()}
+    assert by["transit"]["limiting_resource"] == "sessions" and by["transit"]["days_until_full"] == 1.0
+    assert by["relay"]["nodes_needed"] == 3 and by["relay"]["nodes"] == 2
+
+
+def test_forecast_runs_to_the_horizon(daily):
+    rows = [r for r in forecast(daily, CFG).collect() if (r["service"], r["resource"]) == ("transit", "sessions")]
+    assert len(rows) == 4 + 10
+    last = max(rows, key=lambda r: r["day"])
+    assert last["day"] == dt.date(2026, 1, 14) and last["peak"] is None
+    assert last["trend"] == pytest.approx(1400.0)
+
+
+def test_config_file(tmp_path):
+    f = tmp_path / "cap.toml"
+    f.write_text("headroom = 0.25\n[relay]\nnodes = 3\nbytes_per_s = 5e8\n")
+    cfg = load_capacity(str(f))
+    assert cfg.headroom == 0.25 and cfg.services["relay"].nodes == 3 and cfg.services["relay"].bytes_per_s == 5e8
+    assert cfg.services["relay"].sessions == load_capacity(None).services["relay"].sessions  # default kept
+    f.write_text("[relay]\nbandwidth = 1\n")
+    with pytest.raises(CapacityConfigError, match="bandwidth"):
+        load_capacity(str(f))
+    f.write_text("headroom = 1.5\n")
+    with pytest.raises(CapacityConfigError, match="headroom"):
+        load_capacity(str(f))
