@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     say("starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory)
+    started = time.monotonic() - t0
     try:
         result = run_report(spark, args.logs, args.out, cfg, log=say)
     except IngestError as exc:
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
             spark.stop()
     say(f"{result.events:,} events in the dataset; tables in {args.out}/tables; report {result.html} "
         f"({time.monotonic() - t0:.1f} s)")
+    say(f"timing: spark start {started:.2f} s, ingest {result.seconds['ingest']:.2f} s, "
+        f"analysis {result.seconds['total'] - result.seconds['ingest']:.2f} s, total {time.monotonic() - t0:.2f} s")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from . import capacity, fs, load, report, sessions
 from .capacity import CapacityConfig
@@ -86,8 +87,8 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
             collected[REPORT_TABLES[name]] = [r.asDict() for r in df.collect()]
         res.tables[name] = path
         res.seconds[name] = time.monotonic() - t
-    days = tables["daily_peaks"]
-    span = days.agg({"day": "min"}).first()[0], days.agg({"day": "max"}).first()[0]
+    span_row = tables["daily_peaks"].agg(F.min("day"), F.max("day")).first()
+    span = (span_row[0], span_row[1])
     res.events = sum(n for n in _manifest_days(spark, out).values())
     meta = {"generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "logs": logs,
             "events": res.events, "first_day": span[0], "last_day": span[1], "ingest": res.ingest.summary(),

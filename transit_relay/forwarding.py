@@ -22,7 +22,7 @@ from transit_relay.protocol import PairState
 HAVE_SPLICE = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
 _SPLICE_FLAGS = (os.SPLICE_F_NONBLOCK | os.SPLICE_F_MOVE) if HAVE_SPLICE else 0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-_ROUNDS = 8  # chunks moved per readiness callback before yielding to other pairs
+_ROUNDS = 4  # pipe-loads moved per readiness callback before yielding to other pairs (fairness)
 
 
 class PipePool:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .connection import KCM, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
+from .connection import KCM, SUPPORTED_VERSIONS, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
 from .errors import DilationError, ProtocolError
 from .framing import DEFAULT_MAX_FRAME
 from .manager import (
@@ -63,7 +63,7 @@ class Dilation:
                  on_status: Callable[[DilationStatus], None] | None = None,
                  max_unacked_bytes: int = DEFAULT_MAX_UNACKED_BYTES, reader_limit: int = READER_LIMIT,
                  max_record_payload: int = MAX_RECORD_PAYLOAD, max_frame: int = DEFAULT_MAX_FRAME,
-                 generation_timeout: float = GENERATION_TIMEOUT):
+                 generation_timeout: float = GENERATION_TIMEOUT, versions: tuple[str, ...] = SUPPORTED_VERSIONS):
         self._send_phase = send_phase
         self._key = dilation_key
         self._relay = parse_relay_location(transit_relay) if transit_relay else None
@@ -74,7 +74,7 @@ class Dilation:
         self.max_record_payload = max_record_payload
         self._max_frame = max_frame
         self._generation_timeout = generation_timeout
-        self.manager = Manager(side=side)
+        self.manager = Manager(side=side, versions=versions)
         self.outbound = Outbound(max_unacked_bytes)
         self.inbound = Inbound()
         self.mux: Mux | None = None
@@ -331,8 +331,15 @@ class Dilation:
         if scid not in self._readers:
             self._make_pair(scid, subprotocol)
         q = self._listeners.get(subprotocol)
-        if q is not None:
-            q.put_nowait((self._readers[scid], self._writers[scid]))
+        if q is None:
+            return
+        if q.full():  # the app is not accepting: refuse rather than buffer without bound
+            log.warning("listener for %r has %d unaccepted subchannels; refusing one", subprotocol, q.qsize())
+            self.counters["ignored"] += 1
+            self._readers[scid].feed_eof()
+            self.subchannel_close(scid)
+            return
+        q.put_nowait((self._readers[scid], self._writers[scid]))
 
     def _finished(self, scid: int) -> None:
         self._paused_readers.discard(scid)

@@ -139,8 +139,11 @@ class Manager:
         if not isinstance(their_side, str) or their_side == self.side:
             self.state = "STOPPED"
             return [Failed(f"bad peer dilation side {their_side!r}")]
-        # Both sides must use the version the Leader picked; with our preference order both pick the same.
         self.leader = self.side > their_side
+        # Both sides use the version the Leader picked (a Follower adopts it when it supports it).
+        theirs = msg.get("use-version")
+        if not self.leader and theirs in self.versions:
+            self.version = theirs
         self.state = "CONNECTING"
         return self._start_connecting() + [Status("connecting")]
 

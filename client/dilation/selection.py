@@ -131,6 +131,20 @@ class Attempt:
             raise ProtocolError(f"unexpected frame in state {st}")
 
 
+PRIORITY_STEP = 0.5  # seconds between dialling one direct priority level and the next lower one
+
+
+def dial_delays(direct: list[tuple[str, int, float]], relays: list[tuple[str, int]], *, direct_possible: bool,
+                relay_delay: float, priority_step: float = PRIORITY_STEP) -> list[tuple[float, str, int, bool]]:
+    """When to dial each hint: (delay, host, port, via_relay). The highest direct priority goes at once,
+    each lower level `priority_step` later; relays wait `relay_delay` while a direct path is possible."""
+    levels = sorted({p for _, _, p in direct}, reverse=True)
+    plan = [(levels.index(p) * priority_step, h, port, False) for h, port, p in direct]
+    late = relay_delay if (direct or direct_possible) else 0.0
+    plan += [(late, h, port, True) for h, port in relays]
+    return plan
+
+
 class Selector:
     """The Leader's choice among viable attempts of one generation."""
 

@@ -21,7 +21,7 @@ import logging
 import socket
 
 from .errors import ProtocolError
-from .selection import Attempt, Selected, Selector, Viable
+from .selection import Attempt, Selected, Selector, Viable, dial_delays
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,9 @@ class L2Protocol(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        if self.connector.stopped:  # a late inbound connection for a finished generation
+            transport.abort()
+            return
         with contextlib.suppress(Exception):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
@@ -209,24 +212,23 @@ class Connector:
                                   for a in addrs])
         if self._relay is not None and not self.stopped:
             self.core.send_hints([relay_hint(*self._relay)])
-            self._dial(self._relay[0], self._relay[1], via_relay=True)
+            self._dial(self._relay[0], self._relay[1], via_relay=True,
+                       delay=self._relay_delay if self._direct_known else 0.0)
 
     def use_hints(self, hints: list) -> None:
         if self.stopped or self.winner is not None:
             return
         direct, relays = parse_hints(hints)
-        for host, port, _prio in direct:
-            self._direct_known = True
-            self._dial(host, port, via_relay=False)
-        for host, port in relays:
-            self._dial(host, port, via_relay=True)
+        self._direct_known = self._direct_known or bool(direct)
+        for delay, host, port, via_relay in dial_delays(direct, relays, direct_possible=self._direct_known,
+                                                        relay_delay=self._relay_delay):
+            self._dial(host, port, via_relay=via_relay, delay=delay)
 
-    def _dial(self, host: str, port: int, *, via_relay: bool) -> None:
+    def _dial(self, host: str, port: int, *, via_relay: bool, delay: float) -> None:
         key = (host, port, via_relay)
         if key in self._dialled:
             return
         self._dialled.add(key)
-        delay = self._relay_delay if via_relay and self._direct_known else 0.0
         t = asyncio.get_running_loop().create_task(self._connect(host, port, via_relay, delay))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)

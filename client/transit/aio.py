@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 from ..errors import TransitError
 from . import protocol as P
+from .pipe import RecordPipe
+
+__all__ = ["RecordPipe", "Transit", "local_addresses"]
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,6 @@ NEGOTIATION_TIMEOUT = 60.0  # seconds per candidate connection
 CONNECT_TIMEOUT = 120.0  # seconds for the whole race
 DIAL_TIMEOUT = 10.0  # seconds for one TCP connect
 STREAM_LIMIT = 4 * 1024 * 1024  # bytes buffered by a StreamReader before it pauses the socket
-WRITE_HIGH_WATER = 4 * 1024 * 1024  # bytes queued in the transport before drain() waits
 
 
 def local_addresses(include_loopback: bool = True) -> list[str]:
@@ -60,64 +62,6 @@ class _Candidate:
     writer: asyncio.StreamWriter
     description: str
     handshake: P.Handshake | None = None
-
-
-class RecordPipe:
-    """An encrypted, ordered record stream over the winning TCP connection."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: bytes, role: str,
-                 description: str):
-        enc, dec = P.record_keys(key, role)
-        self._reader, self._writer = reader, writer
-        self._enc, self._dec = P.RecordEncoder(enc), P.RecordDecoder(dec)
-        self.description = description
-        writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-
-    # The split API (seal/write_frame, read_frame/open_frame) lets a caller run the crypto in a worker
-    # thread (PyNaCl and hashlib release the GIL) while the event loop moves bytes. Frames must be sealed
-    # and opened in order, one at a time: the nonces are counters.
-    def seal(self, plaintext: bytes | memoryview) -> bytes:
-        return self._enc.encode(plaintext)
-
-    def write_frame(self, frame: bytes) -> None:
-        self._writer.write(frame)
-
-    async def read_frame(self) -> bytes:
-        """The next record's body (nonce || ciphertext), not yet authenticated."""
-        try:
-            header = await self._reader.readexactly(4)
-            length = int.from_bytes(header, "big")
-            self._dec.check_length(length)
-            return await self._reader.readexactly(length)
-        except asyncio.IncompleteReadError as e:
-            raise TransitError("the peer closed the transit connection") from e
-        except ConnectionError as e:
-            raise TransitError(f"transit connection lost: {e}") from e
-
-    def open_frame(self, body: bytes) -> bytes:
-        return self._dec.decrypt(body)
-
-    def write_record(self, plaintext: bytes | memoryview) -> None:
-        """Queue one record; call `await drain()` to respect backpressure."""
-        self._writer.write(self._enc.encode(plaintext))
-
-    async def drain(self) -> None:
-        try:
-            await self._writer.drain()
-        except ConnectionError as e:
-            raise TransitError(f"transit connection lost: {e}") from e
-
-    async def send_record(self, plaintext: bytes | memoryview) -> None:
-        self.write_record(plaintext)
-        await self.drain()
-
-    async def receive_record(self) -> bytes:
-        return self.open_frame(await self.read_frame())
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._writer.close()
-            await asyncio.wait_for(self._writer.wait_closed(), 5)
 
 
 class Transit:

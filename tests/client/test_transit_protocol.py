@@ -89,7 +89,7 @@ def test_records_format_and_nonce_counter():
     r0, r1 = e.encode(b"hello"), e.encode(b"world")
     assert int.from_bytes(r0[:4], "big") == len(r0) - 4 == 24 + 5 + 16
     assert r0[4:28] == bytes(24) and r1[4:28] == (1).to_bytes(24, "big")
-    assert SecretBox(enc_key).decrypt(r1[4:]) == b"world"
+    assert SecretBox(enc_key).decrypt(bytes(r1[4:])) == b"world"  # standard secretbox
     _, dec_key = P.record_keys(TK, "receiver")
     d = P.RecordDecoder(dec_key)
     stream = r0 + r1

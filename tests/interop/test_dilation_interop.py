@@ -16,7 +16,7 @@ from client.wormhole import Wormhole
 from tests.client.servers import start_servers
 from tests.interop.dilation_util import CuttingProxy, Peer, send_blob, sink_blob
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.interop]
 
 LEADER, FOLLOWER = "f" * 16, "0" * 16
 

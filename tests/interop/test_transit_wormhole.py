@@ -133,22 +133,28 @@ SENDERS = {"python": python_send, "william": william_send}
 RECEIVERS = {"python": python_receive, "william": william_receive}
 
 
-@pytest.mark.parametrize("sender,receiver", [("python", "python"), ("william", "william"),
-                                             ("william", "python"), ("python", "william")])
-def test_file_through_our_relay(sandbox, tmp_path, sender, receiver):
-    src_dir, dst_dir = tmp_path / "src", tmp_path / "dst"
+# wormhole-william 1.0.6 as *sender* has a race of its own: a watcher goroutine started while it waits
+# for the relay's `ok` can close the winning relay connection once the transfer starts (the Go select
+# sees both "ok arrived" and "transfer chosen" ready and picks at random). It bites when `ok` and the
+# peer's transit handshake are already buffered before william reads them, which is what the Python
+# receiver causes (it answers `ok` at once); the sender then fails with "use of closed network
+# connection" (a *local* close). The relay is not involved, so such an attempt is retried with a new
+# code, at most three times; any other failure fails the test.
+WILLIAM_SELF_CLOSE = "use of closed network connection"
+
+
+def _transfer(box, tmp_path, sender, receiver, attempt):
+    src_dir, dst_dir = tmp_path / f"src{attempt}", tmp_path / f"dst{attempt}"
     src_dir.mkdir()
     dst_dir.mkdir()
     name = f"payload-{sender}-{receiver}.bin"
     src = src_dir / name
     src.write_bytes(os.urandom(SIZE))
-    before = _happy_lines(sandbox.event_log)
-    before_lines = len(sandbox.event_log.read_text().splitlines()) if sandbox.event_log.exists() else 0
     code = {"python": 11, "william": 12}[sender] * 10 + {"python": 1, "william": 2}[receiver]
-    code = f"{code}-guitarist-revenge"
-    s = SENDERS[sender](sandbox, src, code, src_dir)
+    code = f"{code}{attempt}-guitarist-revenge"
+    s = SENDERS[sender](box, src, code, src_dir)
     time.sleep(1.0)  # let the sender claim the nameplate first
-    r = RECEIVERS[receiver](sandbox, code, dst_dir / name)
+    r = RECEIVERS[receiver](box, code, dst_dir / name)
     try:
         r_out, _ = r.communicate(timeout=120)
         s_out, _ = s.communicate(timeout=60)
@@ -156,11 +162,19 @@ def test_file_through_our_relay(sandbox, tmp_path, sender, receiver):
         for p in (s, r):
             if p.poll() is None:
                 p.kill()
-    relay_lines = sandbox.event_log.read_text().splitlines()[before_lines:]
-    assert r.returncode == 0, (r_out, s_out, relay_lines)
-    assert s.returncode == 0, (s_out, relay_lines)
-    got = dst_dir / name
-    assert got.exists(), (r_out, s_out, list(dst_dir.iterdir()))
+    return src, dst_dir / name, (r.returncode, r_out), (s.returncode, s_out)
+
+
+@pytest.mark.parametrize("sender,receiver", [("python", "python"), ("william", "william"),
+                                             ("william", "python"), ("python", "william")])
+def test_file_through_our_relay(sandbox, tmp_path, sender, receiver):
+    for attempt in range(4):
+        before = _happy_lines(sandbox.event_log)
+        src, got, (r_rc, r_out), (s_rc, s_out) = _transfer(sandbox, tmp_path, sender, receiver, attempt)
+        if not (sender == "william" and s_rc and WILLIAM_SELF_CLOSE in s_out):
+            break
+    assert r_rc == 0, (r_out, s_out)
+    assert s_rc == 0, s_out
     assert hashlib.sha256(got.read_bytes()).hexdigest() == hashlib.sha256(src.read_bytes()).hexdigest()
     # the bytes went through our relay: one new happy pair that carried at least the file
     for _ in range(50):

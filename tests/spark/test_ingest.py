@@ -77,7 +77,7 @@ def test_bad_input_is_refused_with_a_clear_message(spark, tmp_path):
     with pytest.raises(IngestError, match="empty"):
         ingest(spark, [str(tmp_path / "empty.jsonl")], out)
     (tmp_path / "junk.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n binary junk\nmore junk\n")
-    with pytest.raises(IngestError, match="junk.jsonl is not an event log: all 2 lines are malformed"):
+    with pytest.raises(IngestError, match="junk.jsonl is not an event log: all 4 lines are malformed"):
         ingest(spark, [str(tmp_path / "junk.jsonl")], out)
     (tmp_path / "future.jsonl").write_text(_clean(_session(1.0)).replace('"v": 1', '"v": 2') + "\n")
     with pytest.raises(IngestError, match="no events in .*unknown schema versions: v=2"):

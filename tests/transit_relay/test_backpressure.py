@@ -3,9 +3,13 @@
 import asyncio
 import hashlib
 import os
+import re
 import socket
+import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 import websockets
 
@@ -13,6 +17,7 @@ from tests.transit_relay.conftest import hs, wait_for
 
 CAP = 256 << 20  # what the writer would push if nothing held it back
 BLOCK = os.urandom(1 << 20)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def push_until_blocked(sock: socket.socket, digest, stall: float = 1.0) -> int:
@@ -104,3 +109,45 @@ async def test_slow_websocket_reader_throttles_tcp_writer(make_server):
             pass
         assert got == sent and got_digest.digest() == sent_digest.digest()
         a.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reader", ["tcp", "websocket"])
+async def test_relay_process_rss_stays_bounded(tmp_path, reader):
+    """The same with the relay in its own process: its resident memory barely moves."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "transit_relay", "--host", "127.0.0.1", "--port", "0", "--websocket-port", "0",
+        "--admin-port", "-1", "--no-splice", cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+    try:
+        ports = None
+        while ports is None:
+            line = (await asyncio.wait_for(proc.stderr.readline(), 20)).decode()
+            assert line, "relay exited"
+            m = re.search(r"transit relay on tcp 127\.0\.0\.1:(\d+) websocket (\d+)", line)
+            ports = m and (int(m.group(1)), int(m.group(2)))
+        rss = psutil.Process(proc.pid).memory_info().rss
+        loop = asyncio.get_running_loop()
+        a = socket.create_connection(("127.0.0.1", ports[0]))
+        a.sendall(hs(b"a"))
+        await asyncio.sleep(0.2)
+        if reader == "tcp":
+            b = socket.create_connection(("127.0.0.1", ports[0]))
+            b.sendall(hs(b"b"))
+            b.setblocking(False)
+            assert await loop.sock_recv(b, 3) == b"ok\n"
+        else:
+            ws = await websockets.connect(f"ws://127.0.0.1:{ports[1]}/", max_size=None, max_queue=4)
+            await ws.send(hs(b"w"))
+            assert await ws.recv() == b"ok\n"
+        a.setblocking(False)
+        assert await loop.sock_recv(a, 3) == b"ok\n"
+        sent = await push_until_blocked(a, hashlib.sha256())
+        grown = psutil.Process(proc.pid).memory_info().rss - rss
+        assert sent < CAP // 2
+        assert grown < 24 << 20, f"relay RSS grew by {grown} bytes while {sent} were sent"
+        a.close()
+        if reader == "websocket":
+            await ws.close()
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -134,3 +134,31 @@ async def test_200mb_relay_with_connection_cut_every_2s(servers):
     assert da.counters["resent"] + db.counters["resent"] > 0  # and re-sent what was not acknowledged
     await close()
     await proxy.stop()
+
+
+async def test_seed_version_1_between_burrow_clients(servers):
+    """Offered second: used only when the peer lists just "1". Names are not on the wire in "1", so the
+    acceptor listens for the empty subprotocol; the Follower sends unprovoked PONGs."""
+    a = Wormhole(servers.relay_url, transit_helper=servers.transit_helper,
+                 versions_extra={"can-dilate": ["1"], "dilation-abilities": DILATION_VERSIONS["dilation-abilities"]})
+    b = Wormhole(servers.relay_url, transit_helper=servers.transit_helper, versions_extra=DILATION_VERSIONS)
+    await a.open()
+    await b.open()
+    a.allocate_code()
+    b.set_code(await a.get_code())
+    da, db = await asyncio.gather(dilate(a, versions=("1",), listen_addresses=["127.0.0.1"], ping_interval=0.2),
+                                  dilate(b, listen_addresses=["127.0.0.1"], ping_interval=0.2))
+    await asyncio.gather(da.when_connected(), db.when_connected())
+    assert da.codec.version == db.codec.version == "1"
+    listener = db.listen("")
+    r, w = await da.open("named-but-not-sent")
+    w.write(b"over version 1")
+    w.write_eof()
+    rr, ww = await listener.accept()
+    assert await rr.read() == b"over version 1"
+    ww.close()
+    await w.wait_closed()
+    await asyncio.sleep(0.5)  # a few keepalive intervals: PINGs from the Leader, PONGs from the Follower
+    assert da.connection is not None and db.connection is not None  # nobody declared the link dead
+    await asyncio.gather(da.close(), db.close())
+    await asyncio.gather(a.close(), b.close(), return_exceptions=True)

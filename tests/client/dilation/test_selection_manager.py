@@ -14,7 +14,7 @@ from client.dilation.manager import (
     UseHints,
     choose_version,
 )
-from client.dilation.selection import Attempt, Selected, Selector, Viable
+from client.dilation.selection import Attempt, Selected, Selector, Viable, dial_delays
 
 KEY = hkdf(b"master", 32, b"dilation-v1")
 
@@ -191,3 +191,24 @@ def test_stop():
     assert m.stop() == [Abandon()]
     assert m.connection_lost() == [Status("stopped")]
     assert m.state == "STOPPED"
+
+
+def test_dial_plan_priorities_and_direct_head_start():
+    direct = [("10.0.0.1", 1, 0.0), ("192.168.1.2", 2, 1.0), ("10.0.0.3", 3, 0.0), ("fe.example", 4, -1.0)]
+    plan = dial_delays(direct, [("relay", 4001)], direct_possible=True, relay_delay=2.0, priority_step=0.5)
+    assert sorted(plan) == [(0.0, "192.168.1.2", 2, False), (0.5, "10.0.0.1", 1, False),
+                            (0.5, "10.0.0.3", 3, False), (1.0, "fe.example", 4, False), (2.0, "relay", 4001, True)]
+    # nothing direct is possible: the relay is dialled at once
+    assert dial_delays([], [("relay", 4001)], direct_possible=False, relay_delay=2.0) == [(0.0, "relay", 4001, True)]
+
+
+def test_follower_adopts_the_leaders_version():
+    f = Manager(side="0" * 16, versions=("ged", "1"))
+    f.start({"can-dilate": ["1", "ged"]})
+    assert f.version == "ged"
+    f.receive({"type": "please", "side": "f" * 16, "use-version": "1"})
+    assert f.leader is False and f.version == "1"
+    leader = Manager(side="f" * 16, versions=("ged", "1"))
+    leader.start({"can-dilate": ["1", "ged"]})
+    leader.receive({"type": "please", "side": "0" * 16, "use-version": "1"})
+    assert leader.version == "ged"  # the Leader keeps its own choice
