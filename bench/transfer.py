@@ -104,6 +104,9 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
     ap.add_argument("--clients", default="burrow,wormhole")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each case N times (interleaved) and keep the fastest: other load on a shared "
+                         "machine only ever slows a run down")
     ap.add_argument("--workdir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the file and the received copy live (default /dev/shm: measure the transfer, "
                          "not the disk)")
@@ -116,22 +119,30 @@ def main() -> None:
         rows = []
         try:
             n = 0
-            for mode in (False, True):
-                for client in args.clients.split(","):
-                    rows.append(run_case(client, mode, servers, src, work, n))
-                    n += 1
-                    print(rows[-1], file=sys.stderr, flush=True)
-                    for p in work.glob("rx-*"):
-                        shutil.rmtree(p)  # keep at most one copy on disk
+            for _ in range(max(1, args.repeat)):
+                for mode in (False, True):
+                    for client in args.clients.split(","):
+                        rows.append(run_case(client, mode, servers, src, work, n))
+                        n += 1
+                        print(rows[-1], file=sys.stderr, flush=True)
+                        for p in work.glob("rx-*"):
+                            shutil.rmtree(p)  # keep at most one copy on disk
         finally:
             servers.stop()
-        print_table(rows, args.size_mib)
+        best: dict = {}
+        for r in rows:
+            k = (r["mode"], r["client"])
+            if k not in best or (r["ok"], r["mbps"]) > (best[k]["ok"], best[k]["mbps"]):
+                best[k] = r
+        print_table(list(best.values()), args.size_mib, args.repeat, len(rows))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def print_table(rows: list[dict], size_mib: int) -> None:
-    print(f"\n{size_mib} MiB file over loopback\n")
+def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0) -> None:
+    load = os.getloadavg()[0]
+    print(f"\n{size_mib} MiB file over loopback, best of {repeat} (load average {load:.1f} on {os.cpu_count()} "
+          f"CPUs at the end)\n")
     print("| mode | client | MB/s | seconds | CPU s sender | CPU s receiver | ok |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:

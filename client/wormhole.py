@@ -301,6 +301,13 @@ class Wormhole:
         if not self._closed_f.done() and self._ws is None:
             self._closed_f.set_result("errory")
 
+    async def dilate(self, **kwargs):
+        """Dilate this wormhole (build it with `versions_extra=client.dilation.aio.DILATION_VERSIONS`);
+        returns a client.dilation.core.Dilation. See docs/dilation.md for the arguments."""
+        from .dilation.aio import dilate
+
+        return await dilate(self, **kwargs)
+
 
 def _set(f: asyncio.Future, value) -> None:
     if not f.done():

@@ -50,6 +50,7 @@ class MailboxServer:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._outbox: list[Output] = []
         self._wake = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mailbox-db")
         self._server: asyncio.AbstractServer | None = None
         self._admin: AdminServer | None = None
@@ -60,6 +61,7 @@ class MailboxServer:
     async def start(self) -> int:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
         self.store = await self.loop.run_in_executor(self._executor, Store, self.config.db,
                                                      self.config.db_fsync)
         apps = await self.loop.run_in_executor(self._executor, self.store.load)
@@ -187,6 +189,10 @@ class MailboxServer:
             await self._commit_and_deliver()
 
     async def _commit_and_deliver(self) -> None:
+        async with self._flush_lock:  # the flusher and stop() must not interleave batches
+            await self._commit_and_deliver_locked()
+
+    async def _commit_and_deliver_locked(self) -> None:
         out, self._outbox = self._outbox, []
         changes = self.core.take_changes()
         if changes is not None and self.store is not None:

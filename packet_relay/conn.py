@@ -268,6 +268,8 @@ class RelayConn(asyncio.Protocol):
     def deliver(self, src: bytes, payload: bytes) -> None:
         n = len(payload)
         frame = f.header(_RECV_HDR, 32 + n) + src + payload
+        if not self.paused and self.queue.full():
+            self.flush()  # the socket is keeping up: a big read batch must not overflow the queue
         if self.queue.push_packet(frame, n):
             self._drop("queue_head")
         if not self.flush_pending:

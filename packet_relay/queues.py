@@ -25,6 +25,9 @@ class SendQueue:
     def __len__(self) -> int:
         return (len(self._packets) if self._packets else 0) + (len(self._control) if self._control else 0)
 
+    def full(self) -> bool:
+        return self._packets is not None and len(self._packets) >= self.depth
+
     def push_packet(self, frame: bytes, payload_len: int) -> bool:
         """Queue one packet frame; returns True when the oldest one had to be dropped."""
         q = self._packets

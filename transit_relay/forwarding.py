@@ -1,9 +1,10 @@
 """Byte pumps between two paired TCP sockets, driven by event-loop readiness callbacks.
 
 On Linux each direction moves data socket -> pipe -> socket with non-blocking splice(2): the payload
-never enters user space. Elsewhere (or with `--no-splice`) a direction uses one bounded buffer with
-recv_into/send. Either way a direction stops reading while its destination cannot take more, so a
-slow reader throttles its writer and the relay holds at most one pipe (or buffer) per direction.
+never enters user space. Elsewhere (or with `--no-splice`) a direction reads into a buffer shared by all
+pairs and sends at once, keeping only what the destination could not take yet. Either way a direction stops reading while its destination cannot take more, so a
+slow reader throttles its writer and the relay holds at most one pipe (or one buffer's worth) per
+direction.
 
 Half-close is passed through: EOF from A becomes shutdown(SHUT_WR) on B; both sockets are closed when
 both directions have ended. Any socket error ends the pair at once (both closed).
@@ -190,35 +191,41 @@ class _SpliceDirection(_Direction):
 
 
 class _CopyDirection(_Direction):
-    def __init__(self, *args, bufsize: int) -> None:
+    """recv_into one buffer shared by all pairs of the loop, send at once; only a remainder the
+    destination could not take is copied out and kept, so idle pairs hold no buffer at all."""
+
+    def __init__(self, *args, shared: memoryview) -> None:
         super().__init__(*args)
-        self.buf = bytearray(bufsize)
-        self.view = memoryview(self.buf)
-        self.chunk = bufsize
-        self.off = 0
+        self.shared = shared
+        self.chunk = len(shared)
+        self.pending: memoryview | None = None
 
     def _read(self) -> int:
         try:
-            n = self.src.recv_into(self.buf)
+            n = self.src.recv_into(self.shared)
         except BlockingIOError:
             return -1
-        self.off, self.held = 0, n
+        self.pending, self.held = self.shared[:n], n
         return n
 
     def _flush(self) -> bool:
         while self.held:
             try:
-                n = self.dst.send(self.view[self.off:self.off + self.held])
+                n = self.dst.send(self.pending)
             except BlockingIOError:
+                if self.pending.obj is self.shared.obj:  # the next read would overwrite it
+                    self.pending = memoryview(bytes(self.pending))
                 return False
-            self.off += n
+            self.pending = self.pending[n:]
             self.held -= n
             self._count(n)
+        self.pending = None
         return True
 
     def release(self) -> None:
         self.fwd.dropped += self.held
         self.held = 0
+        self.pending = None
 
 
 class TcpPairForwarder:
@@ -226,7 +233,7 @@ class TcpPairForwarder:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, a: socket.socket, b: socket.socket,
                  pair: PairState, on_done: Callable[[], None], pool: PipePool | None,
-                 bufsize: int = 262144) -> None:
+                 shared: memoryview | None = None) -> None:
         self.loop = loop
         self.pair = pair
         self.socks = (a, b)
@@ -237,8 +244,9 @@ class TcpPairForwarder:
             self.dirs = (_SpliceDirection(self, a, b, True, pool=pool),
                          _SpliceDirection(self, b, a, False, pool=pool))
         else:
-            self.dirs = (_CopyDirection(self, a, b, True, bufsize=bufsize),
-                         _CopyDirection(self, b, a, False, bufsize=bufsize))
+            shared = shared if shared is not None else memoryview(bytearray(262144))
+            self.dirs = (_CopyDirection(self, a, b, True, shared=shared),
+                         _CopyDirection(self, b, a, False, shared=shared))
 
     @property
     def held(self) -> int:

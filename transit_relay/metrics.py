@@ -24,7 +24,7 @@ class RelayCollector(Collector):
                                 "connections waiting for a partner", value=len(r.pending))
         yield GaugeMetricFamily("burrow_transit_active_pairs", "pairs currently relaying", value=len(r.pairs))
         yield GaugeMetricFamily("burrow_transit_buffered_bytes",
-                                "bytes held inside the relay (pipes and buffers) on their way to a reader",
+                                "bytes held inside the relay (pipes and buffers of TCP<->TCP pairs) on their way to a reader",
                                 value=self.buffered())
         yield CounterMetricFamily("burrow_transit_relayed_bytes", "payload bytes relayed, both directions",
                                   value=r.bytes_relayed())

@@ -19,6 +19,7 @@ from transit_relay.config import TransitConfig
 from transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
 from transit_relay.metrics import make_registry
 from transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
+from transit_relay.websocket import StreamPair, WebSocketListener
 
 log = logging.getLogger("burrow.transit")
 _ACCEPT_BURST = 64
@@ -110,11 +111,12 @@ class TransitServer:
         self.relay = Relay(config.limits())
         self.events = EventLog(config.event_log, "transit", node=config.node_name, blur=config.blur_usage)
         self.pool = PipePool(config.pipe_size) if config.splice and HAVE_SPLICE else None
+        self.copy_buffer = memoryview(bytearray(config.buffer_size))  # shared by all copy-path pairs
         self.forwarders: set[TcpPairForwarder] = set()
-        self.streams: set = set()
+        self.streams: set[StreamPair] = set()
         self.registry = make_registry(self.relay, self.buffered)
         self.admin: AdminServer | None = None
-        self.websocket = None
+        self.websocket: WebSocketListener | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.port: int | None = None
         self.websocket_port: int | None = None
@@ -135,7 +137,6 @@ class TransitServer:
         self.port = self._lsock.getsockname()[1]
         self.loop.add_reader(self._lsock.fileno(), self._accept)
         if cfg.websocket_port >= 0:
-            from transit_relay.websocket import WebSocketListener
             self.websocket = WebSocketListener(self)
             self.websocket_port = await self.websocket.start(cfg.host, cfg.websocket_port)
         if cfg.admin_port >= 0:
@@ -209,12 +210,11 @@ class TransitServer:
             a.take_over()
             b.take_over()
             fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self._pair_done(pair, fwd),
-                                   self.pool, self.config.buffer_size)
+                                   self.pool, self.copy_buffer)
             a.forwarder = b.forwarder = fwd
             self.forwarders.add(fwd)
             fwd.start()
         else:
-            from transit_relay.websocket import StreamPair
             stream = StreamPair(self, pair, a, b)
             self.streams.add(stream)
             stream.start()

@@ -30,6 +30,7 @@ HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
 # bytes queued in the asyncio transport before writers pause; small on purpose: Python 3.11's transport
 # memmoves its whole bytearray buffer after every partial send
 WRITE_HIGH_WATER = 256 * 1024
+READ_SIZE = 1024 * 1024  # bytes per recv() on a dilation connection
 
 
 def local_addresses() -> list[str]:
@@ -108,6 +109,8 @@ class L2Protocol(asyncio.Protocol):
         with contextlib.suppress(Exception):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if hasattr(transport, "max_size"):  # asyncio reads 256 KiB per recv by default: fewer split frames
+            transport.max_size = READ_SIZE
         transport.write(self.attempt.start())
         self._timeout = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self.drop)
         self.connector.attempts.add(self)

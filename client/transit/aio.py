@@ -81,7 +81,7 @@ class Transit:
         self._key_set = asyncio.Event()
         self._winner: asyncio.Future[_Candidate] = asyncio.get_running_loop().create_future()
         self._tasks: set[asyncio.Task] = set()
-        self._losers: list[_Candidate] = []
+        self._relay_addrs: set[tuple] = set()
 
     # ---- hints
     async def get_hints(self) -> list[dict]:
@@ -131,9 +131,18 @@ class Transit:
             return
         desc = f"{'relay' if relay else 'direct'} {hint.hostname}:{hint.port}"
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(hint.hostname, hint.port, limit=STREAM_LIMIT), DIAL_TIMEOUT)
-        except (OSError, TimeoutError) as e:
+            async with asyncio.timeout(DIAL_TIMEOUT):
+                infos = await asyncio.get_running_loop().getaddrinfo(hint.hostname, hint.port,
+                                                                    type=socket.SOCK_STREAM)
+                # one connection per relay address: our helper and the peer's are often the same relay
+                # under two names, and two same-side connections with one token only confuse the relay
+                addr = infos[0][4][:2]
+                if relay:
+                    if addr in self._relay_addrs:
+                        return
+                    self._relay_addrs.add(addr)
+                reader, writer = await asyncio.open_connection(addr[0], addr[1], limit=STREAM_LIMIT)
+        except (OSError, TimeoutError, IndexError) as e:
             log.debug("transit dial %s failed: %s", desc, e)
             return
         await self._negotiate(_Candidate(reader, writer, desc), relay)

@@ -97,9 +97,38 @@ async def run(cmd: list[str], cwd: Path, stdin: bytes = b"") -> dict:
     return {"rc": p.returncode, "stdout": out.decode(errors="replace"), "stderr": err.decode(errors="replace")}
 
 
+# Known wormhole-william races, seen only under heavy machine load, retried (and reported) rather than
+# hidden: (1) as a relay *sender*, waitForRelayPeer's watchdog goroutine selects on a closed `okCh` and a
+# closed `cancelCh` at once and may close the winning relay connection ("use of closed network
+# connection"); (2) rarely, wormhole-william receiving text reports "decrypt message failed" with the right
+# code (not reproduced in 80 host-side repetitions, with burrow or magic-wormhole as sender).
+WILLIAM_RACES = ("use of closed network connection", "decrypt message failed")
+MAX_ATTEMPTS = 3
+
+
+def william_race(res: dict) -> bool:
+    if res["payload"] == "wrong-code" or "william" not in (res["sender"], res["receiver"]):
+        return False
+    side = "sender" if res["sender"] == "william" else "receiver"
+    return res[f"{side}_result"]["rc"] not in (0, "timeout") and any(
+        m in res[f"{side}_result"]["stderr"] for m in WILLIAM_RACES)
+
+
+async def run_with_retries(sc: dict, n: int, servers, payloads: dict, work: Path) -> dict:
+    attempts = []
+    for attempt in range(MAX_ATTEMPTS):
+        res = await run_one(sc, n * 10 + attempt, servers, payloads, work)
+        attempts.append(res)
+        if not william_race(res):
+            break
+    return {**attempts[-1], "attempts": len(attempts),
+            "retried_because": [a["sender_result"]["stderr"][-200:] + a["receiver_result"]["stderr"][-200:]
+                                for a in attempts[:-1]]}
+
+
 async def run_one(sc: dict, n: int, servers, payloads: dict, work: Path) -> dict:
-    code = f"{100 + n}-purple-sausages"
-    recv_code = code if sc["payload"] != "wrong-code" else f"{100 + n}-purple-sausage"
+    code = f"{1000 + n}-purple-sausages"
+    recv_code = code if sc["payload"] != "wrong-code" else f"{1000 + n}-purple-sausage"
     what = payloads.get(sc["payload"])
     no_listen = sc["mode"] == "relay"
     rdir = work / f"recv-{n}"
@@ -149,7 +178,7 @@ async def main_async(kind: str, out: Path, only: str | None) -> None:
 
                 async def guarded(n, sc):
                     async with sem:
-                        return await run_one(sc, n, servers, payloads, work)
+                        return await run_with_retries(sc, n, servers, payloads, work)
 
                 results += await asyncio.gather(*(guarded(n, sc) for n, sc in batch))
         finally:

@@ -10,7 +10,9 @@ The containers cannot verify this machine's HTTPS proxy, so pip inside the build
 host's pip prepared, served over HTTP on 127.0.0.1 (the Dockerfiles' PIP_NO_INDEX/PIP_FIND_LINKS args).
 
 compose.yaml is read and applied by a small interpreter (`Stack`): the file under test is the one
-operators run, not a copy in the test.
+operators run, not a copy in the test. It applies image, command, environment, ports, named volumes,
+read_only, tmpfs, cap_drop, security_opt and ulimits; `build` is done by `build()`, and `restart` and
+`stop_grace_period` do not matter within a test.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ def missing_prerequisites() -> str | None:
         return "the podman smoke test needs Linux"
     for tool in ("podman", "runc"):
         if not shutil.which(tool):
-            return (f"`{tool}` is not installed (apt-get install podman runc uidmap slirp4netns "
-                    "fuse-overlayfs debootstrap)")
+            return (f"`{tool}` is not installed (apt-get install podman runc containernetworking-plugins "
+                    "iptables uidmap slirp4netns fuse-overlayfs debootstrap)")
     if os.geteuid() != 0:
         return "the podman smoke test runs podman as root (rootful storage, runc, debootstrap)"
     try:
@@ -171,11 +173,14 @@ def base_image(client: Any, log: Path) -> str:
         with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.get(name)
             return name
+    saved, client.api.timeout = client.api.timeout, 120  # a registry that hangs must not stall CI
     try:
         client.images.pull(UPSTREAM_BASE)
         return UPSTREAM_BASE
-    except docker.errors.APIError as exc:
+    except (docker.errors.APIError, OSError) as exc:
         note(log, f"cannot pull {UPSTREAM_BASE} ({exc}); using a local Debian base")
+    finally:
+        client.api.timeout = saved
     tar = build_local_base_tar(log)
     note(log, f"importing {tar} as {LOCAL_BASE}")
     result = client.api.import_image(src=str(tar), changes=['CMD ["/bin/bash"]'])

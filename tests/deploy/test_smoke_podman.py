@@ -230,6 +230,7 @@ def read_logs(deployed: Deployed) -> list[str]:
 
 
 def test_event_logs_land_on_the_shared_volume(deployed):
+    # Runs after the transfers above (pytest keeps file order): their sessions are in the logs.
     import json
 
     deadline = time.monotonic() + 30

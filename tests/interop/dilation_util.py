@@ -149,3 +149,47 @@ class CuttingProxy:
             self._server.close()
         for t in list(self._tasks):
             t.cancel()
+
+
+class FreezingProxy(CuttingProxy):
+    """Like CuttingProxy without the timer: `freeze()` silently stops forwarding on every current connection
+    (the sockets stay open, as with a dead NAT mapping); new connections work normally."""
+
+    def __init__(self, target_port: int):
+        super().__init__(target_port, cut_after=3600.0)
+        self._frozen: list[asyncio.Event] = []
+
+    def freeze(self) -> None:
+        for ev in self._frozen:
+            ev.set()
+
+    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            sr, sw = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            cw.transport.abort()
+            return
+        frozen = asyncio.Event()
+        self._frozen.append(frozen)
+        me = asyncio.current_task()
+        self._tasks.add(me)
+
+        async def pipe(r, w):
+            while not frozen.is_set():
+                data = await r.read(256 * 1024)
+                if not data or frozen.is_set():
+                    break
+                w.write(data)
+                await w.drain()
+
+        try:
+            await asyncio.gather(pipe(cr, sw), pipe(sr, cw))
+            await frozen.wait()
+            await asyncio.sleep(3600)
+        except (ConnectionError, OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(me)
+            cw.transport.abort()
+            sw.transport.abort()

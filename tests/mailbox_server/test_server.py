@@ -283,3 +283,23 @@ async def test_random_bytes_on_the_wire_never_hurt_the_server(server):
         await recv(a)
         await call(a, type="ping", ping="still here")
         assert [await recv(a), await recv(a)] == [{"type": "ack", "id": None}, {"type": "pong", "pong": "still here"}]
+
+
+async def test_blur_usage_rounds_event_times(tmp_path):
+    srv = MailboxServer(make_config(tmp_path, blur_usage=3600.0))
+    await srv.start()
+    try:
+        async with connect(f"ws://127.0.0.1:{srv.port}/v1") as a:
+            await recv(a)
+            await call(a, type="bind", appid="app", side="s")
+            await call(a, type="open", mailbox="m")
+            await call(a, type="add", phase="0", body="ab" * 30)
+            await call(a, type="close", mood="lonely")
+            types = [(await recv(a))["type"] for _ in range(6)]
+            assert types[-1] == "closed"
+    finally:
+        await srv.stop()
+    lines = [json.loads(x) for x in open(tmp_path / "events.jsonl")]
+    mailbox = next(x for x in lines if x["event"] == "mailbox")
+    assert mailbox["started"] % 3600 == 0 and mailbox["ts"] % 3600 == 0
+    assert (mailbox["mood"], mailbox["bytes"]) == ("lonely", 10_000)  # 60 bytes rounded up to the 10 kB step

@@ -142,6 +142,8 @@ async def test_flooder_is_dropped_from_while_a_good_pair_keeps_its_packets(tmp_p
                 await flooder.drain()
 
         task = asyncio.get_running_loop().create_task(flood())
+        while not server.stats.drops[("derp", "queue_head")] and not task.done():
+            await asyncio.sleep(0.05)  # the slow client's queue is overflowing now
         for i in range(200):
             await good_a.send(good_b.public_key, b"%d" % i)
         got = [await good_b.recv(TIMEOUT) for _ in range(200)]

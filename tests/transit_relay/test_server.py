@@ -291,3 +291,16 @@ async def test_blur_usage_rounds_sizes(make_server):
     await wait_for(lambda: read_events(srv.config.event_log))
     line = read_events(srv.config.event_log)[0]
     assert line["total_bytes"] == 20000 and line["started"] % 3600 == 0
+
+
+async def test_websocket_handshake_deadline_and_lonely_timeout(make_server):
+    srv = await make_server(handshake_timeout=0.2, pending_timeout=0.3)
+    url = f"ws://127.0.0.1:{srv.websocket_port}/"
+    async with websockets.connect(url) as silent, websockets.connect(url) as waiting:
+        await waiting.send(hs(b"a"))
+        for ws in (silent, waiting):
+            with pytest.raises(websockets.ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 5)
+    assert srv.relay.timeouts["handshake"] == 1 and srv.relay.timeouts["pending"] == 1
+    await wait_for(lambda: len(read_events(srv.config.event_log)) == 2)
+    assert sorted(e["mood"] for e in read_events(srv.config.event_log)) == ["empty", "lonely"]

@@ -26,7 +26,7 @@ async def pair(servers, *, listen=True, transit=None, sides=(None, None), **kw):
     b.set_code(await a.get_code())
     statuses = ([], [])
     da, db = await asyncio.gather(*(
-        dilate(w, listen=listen, listen_addresses=["127.0.0.1"], side=side, on_status=st.append, **kw)
+        w.dilate(listen=listen, listen_addresses=["127.0.0.1"], side=side, on_status=st.append, **kw)
         for w, side, st in zip((a, b), sides, statuses, strict=True)))
     await asyncio.wait_for(asyncio.gather(da.when_connected(), db.when_connected()), 30)
 
@@ -101,9 +101,14 @@ async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(se
     await asyncio.sleep(0.3)
     listener = db.listen("late")  # the OPEN waited for us
     rr, ww = await listener.accept()
-    await asyncio.sleep(0.3)
-    # the unread reader paused the connection, so the sender's window filled up and stayed bounded
+    # the unread reader pauses the connection, so the sender's window fills up and stays bounded
+    for _ in range(400):
+        if db._paused_readers and da.outbound.full:
+            break
+        await asyncio.sleep(0.05)
     assert db._paused_readers and da.outbound.full
+    # bounded: twice the limit, plus what one socket read (1 MiB) and one split record can carry
+    assert len(rr._buffer) <= 2 * 64 * 1024 + 1024 * 1024 + 256 * 1024
     got = bytearray()
     while chunk := await rr.read(100_000):
         got += chunk
@@ -162,3 +167,28 @@ async def test_seed_version_1_between_burrow_clients(servers):
     assert da.connection is not None and db.connection is not None  # nobody declared the link dead
     await asyncio.gather(da.close(), db.close())
     await asyncio.gather(a.close(), b.close(), return_exceptions=True)
+
+
+async def test_leader_keepalive_detects_a_silent_connection(servers):
+    from tests.interop.dilation_util import FreezingProxy
+
+    proxy = FreezingProxy(servers.transit_port)
+    await proxy.start()
+    try:
+        da, db, (sa, sb), close = await pair(servers, listen=False, transit=proxy.location,
+                                             sides=("f" * 16, "0" * 16), ping_interval=0.3)
+        listener = db.listen("chat")
+        r, w = await da.open("chat")
+        w.write(b"before")
+        rr, ww = await listener.accept()
+        assert await rr.readexactly(6) == b"before"
+        proxy.freeze()  # no FIN, no RST: only the missing PONGs tell
+        w.write(b"during")
+        assert await asyncio.wait_for(rr.readexactly(6), 20) == b"during"  # re-sent on the new connection
+        assert [s.state for s in sa].count("connected") >= 2
+        assert "reconnecting" in [s.state for s in sb]
+        w.close()
+        ww.close()
+        await close()
+    finally:
+        await proxy.stop()
