@@ -110,7 +110,7 @@ class RelayConn(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
-        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close, "timeout")
+        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close, "timeout", True)
 
     def resume_writing(self) -> None:
         self.paused = False
@@ -145,7 +145,7 @@ class RelayConn(asyncio.Protocol):
         rate = self.server.new_rate_bucket()
         self.machine = ServerConnection(
             self.server.private_key, time.monotonic(), handshake_timeout=cfg.handshake_timeout,
-            max_frame_len=cfg.max_packet_bytes + 2 * f.KEY_LEN, max_client_info_len=cfg.max_client_info_bytes,
+            max_frame_len=max(cfg.max_packet_bytes + f.KEY_LEN, f.MAX_PING_LEN), max_client_info_len=cfg.max_client_info_bytes,
             rate=rate, server_public=self.server.public_key)
         self.send(self.machine.greeting())
         if rest:
@@ -214,6 +214,7 @@ class RelayConn(asyncio.Protocol):
         server = self.server
         if hello.info.mesh_key and server.is_mesh_key(hello.info.mesh_key):
             self.mesh = True
+            self.machine.max_frame_len += f.KEY_LEN  # ForwardPacket carries two keys
             refusal = None
         else:
             refusal = await server.access.check(hello.key, self.peer_ip)
@@ -325,7 +326,8 @@ class RelayConn(asyncio.Protocol):
                 return
         self.transport.write(data)
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, abort: bool = False) -> None:
+        """End the connection; `abort` drops unsent bytes (a client that stopped reading)."""
         if self.phase == "closed":
             return
         was_derp = self.phase == "derp"
@@ -348,7 +350,9 @@ class RelayConn(asyncio.Protocol):
         if self.admitted_cap:
             self.admitted_cap = False
             server.caps.release(self.peer_ip)
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and abort:
+            self.transport.abort()
+        elif self.transport is not None and not self.transport.is_closing():
             if self.ws is not None and not self.ws.closed:
                 self.write_raw(self.ws.close_frame(1001 if reason == "shutdown" else 1000))
             if self.tls is not None:

@@ -7,6 +7,7 @@ RelayConn (conn.py). Stop sends Restarting to every client, lets it drain briefl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import time
@@ -160,9 +161,11 @@ class RelayServer:
                 c.transport.get_write_buffer_size() for c in live if not c.transport.is_closing()):
             await asyncio.sleep(0.02)
         for c in list(self.conns):
-            c.close("shutdown")
+            stuck = c.transport is not None and c.transport.get_write_buffer_size() > 0
+            c.close("shutdown", abort=stuck)  # a client that stopped reading must not hold us up
         for srv in self._servers:
-            await srv.wait_closed()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(srv.wait_closed(), self.config.shutdown_grace + 1.0)
         if self._stats_task is not None:
             self._stats_task.cancel()
         if self._stun is not None:

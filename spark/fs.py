@@ -114,3 +114,22 @@ def delete(spark: SparkSession, uri: str) -> None:
     path, fs = _path(spark, uri)
     if fs.exists(path):
         fs.delete(path, True)
+
+
+def move_partitions(spark: SparkSession, source: str, target: str) -> int:
+    """Move the files of `source/day=*/` into `target/day=*/` (renames, no rewrite); returns how many."""
+    spath, fs = _path(spark, source)
+    jvm = spark.sparkContext._jvm
+    moved = 0
+    for part in fs.listStatus(spath):
+        if not part.isDirectory():
+            continue
+        dest_dir = jvm.org.apache.hadoop.fs.Path(f"{target}/{part.getPath().getName()}")
+        fs.mkdirs(dest_dir)
+        for f in fs.listStatus(part.getPath()):
+            name = f.getPath().getName()
+            if name.startswith(("part-",)) and not name.startswith("."):
+                if not fs.rename(f.getPath(), jvm.org.apache.hadoop.fs.Path(dest_dir, name)):
+                    raise OSError(f"cannot move {f.getPath()} to {dest_dir}")
+                moved += 1
+    return moved

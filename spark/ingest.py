@@ -2,9 +2,12 @@
 
 extract:   `list_inputs` (any Hadoop URI or glob) and `read_raw` of new or changed files only (Spark's
            JSON reader with the explicit `LINE_SCHEMA`, nothing inferred).
-transform: `classify` (a rejection reason per line, a line id, the day), `valid_events`, `quarantined`, `drop_duplicates`.
-load:      append to `<out>/events` (partitioned by `day`) and `<out>/quarantine`, then record the
-           files and days in `<out>/_manifest.json`.
+transform: `classify` (a rejection reason per line, a line id, the day), `quarantined`,
+           `duplicate_ids`, `drop_duplicates`.
+load:      the input is parsed exactly once, into a staging Parquet dataset partitioned by (valid, day);
+           everything else reads that columnar copy. In the usual case (no duplicates) the valid files
+           are then *moved* into `<out>/events/day=...`, so nothing is rewritten; rejected lines go to
+           `<out>/quarantine`; the files and days are recorded in `<out>/_manifest.json`.
 
 Incremental: a file whose size and modification time match the manifest is not read again. A file
 that grew is read again, and only its lines not already stored for their day are appended (an
@@ -21,7 +24,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -115,17 +117,11 @@ def classify(raw: DataFrame) -> DataFrame:
         F.to_date(F.timestamp_seconds("ts")).alias("day"))
 
 
-def valid_events(parsed: DataFrame) -> DataFrame:
-    return parsed.where(F.col("_reason").isNull()).select(*EVENT_COLUMNS)
-
-
 def quarantined(parsed: DataFrame, run_id: str) -> DataFrame:
-    """Rejected lines: the text of a malformed one, the others re-encoded from their parsed fields."""
-    names = [f.name for f in UNION_FIELDS]
+    """Rejected lines (with `_line` from `_line_text`) as the quarantine's rows."""
     return (parsed.where(F.col("_reason").isNotNull())
-            .withColumn("_line", F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*names))))
             .select(F.col("_file").alias("file"), F.col("_reason").alias("reason"),
-                    F.col("v").alias("version"), F.substring("_line", 1, MAX_QUARANTINE_LINE).alias("line"),
+                    F.col("v").alias("version"), F.col("_line").alias("line"),
                     F.xxhash64("_file", "_line").alias("_id"), F.lit(run_id).alias("run")))
 
 
@@ -189,40 +185,62 @@ def ingest(spark: SparkSession, patterns: list[str], out: str, log=print) -> Ing
         return result
 
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}-{time.monotonic_ns() % 10**6}"
-    parsed = classify(read_raw(spark, [f.uri for f in nonempty])).persist(StorageLevel.MEMORY_AND_DISK)
+    staging = f"{out}/_staging/{run_id}"
+    events_dir = f"{out}/events"
     try:
-        _count(parsed, result)
+        # the one pass over the input text
+        (classify(read_raw(spark, [f.uri for f in nonempty]))
+         .withColumn("_line", F.when(F.col("_reason").isNotNull(), _line_text()))
+         .withColumn("_run", F.lit(run_id)).withColumn("_ok", F.col("_reason").isNull()).drop(CORRUPT)
+         .write.partitionBy("_ok", "day").parquet(staging))
+        staged = spark.read.parquet(staging)
+        _count(staged, result)
         _check_files(result, nonempty)
-        events_dir = f"{out}/events"
-        quarantine = quarantined(parsed, run_id)
         if result.rejected:
-            quarantine_dir = f"{out}/quarantine"
-            if fs.exists(spark, quarantine_dir):
-                old = spark.read.parquet(quarantine_dir).select("_id")
-                quarantine = quarantine.join(old, "_id", "left_anti")
-            quarantine.write.mode("append").parquet(quarantine_dir)
-        new_days = sorted({d for f in result.per_file.values() for d in f.get("_days", [])})
-        stored_days = [d for d in new_days if d in manifest["days"]]
-        existing = None
-        if stored_days and fs.exists(spark, events_dir):
-            existing = (spark.read.parquet(events_dir).where(F.col("day").isin(stored_days))
-                        .select(*DEDUPE_KEY))
-        per_day: dict[str, int] = {}
-        if not any(f["valid"] for f in result.per_file.values()):
-            return _finish(spark, out, manifest, result, todo, run_id, per_day, patterns)
-        valid = valid_events(parsed).withColumn("_run", F.lit(run_id))
-        suspects = [r["_id"] for r in duplicate_ids(valid).collect()]
-        if len(suspects) > MAX_BROADCAST_DUPLICATES:
-            fresh = drop_duplicates(valid, existing)
-        else:
-            fresh = drop_duplicates(valid, existing, spark.createDataFrame([(i,) for i in suspects], "_id long"))
-        fresh.write.mode("append").partitionBy("day").parquet(events_dir)
-        # count what was stored from the stored rows (one column), not by another pass over the input
-        per_day = {str(r["day"]): r["count"] for r in spark.read.parquet(events_dir)
-                   .where(F.col("_run") == run_id).groupBy("day").count().collect()}
+            _quarantine(spark, out, quarantined(staged.where(F.col("_ok") == "false"), run_id))
+        per_day = {d: n for f in result.per_file.values() for d, n in f["_per_day"].items()}
+        per_day = {d: sum(f["_per_day"].get(d, 0) for f in result.per_file.values()) for d in per_day}
+        if per_day:
+            per_day = _store(spark, staging, events_dir, staged.where(F.col("_ok") == "true").drop("_ok"),
+                             [d for d in per_day if d in manifest["days"]], per_day, run_id)
     finally:
-        parsed.unpersist()
+        fs.delete(spark, staging)
     return _finish(spark, out, manifest, result, todo, run_id, per_day, patterns)
+
+
+def _line_text() -> Column:
+    """A rejected line as text: as read if it was not JSON, else re-encoded from its fields."""
+    names = [f.name for f in UNION_FIELDS]
+    return F.substring(F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*names))), 1, MAX_QUARANTINE_LINE)
+
+
+def _quarantine(spark: SparkSession, out: str, rejected: DataFrame) -> None:
+    quarantine_dir = f"{out}/quarantine"
+    if fs.exists(spark, quarantine_dir):  # a grown file is read again: keep each rejected line once
+        rejected = rejected.join(spark.read.parquet(quarantine_dir).select("_id"), "_id", "left_anti")
+    rejected.write.mode("append").parquet(quarantine_dir)
+
+
+def _store(spark: SparkSession, staging: str, events_dir: str, valid: DataFrame, stored_days: list[str],
+           per_day: dict[str, int], run_id: str) -> dict[str, int]:
+    """Put the staged valid events into the dataset; returns the events stored per day."""
+    suspects = [r["_id"] for r in duplicate_ids(valid).collect()]
+    existing = None
+    if stored_days and fs.exists(spark, events_dir):
+        existing = spark.read.parquet(events_dir).where(F.col("day").isin(stored_days)).select(*DEDUPE_KEY)
+        overlap = valid.where(F.col("day").isin(stored_days)).select(*DEDUPE_KEY).join(existing, DEDUPE_KEY)
+        if overlap.isEmpty():
+            existing = None
+    if not suspects and existing is None:
+        fs.move_partitions(spark, f"{staging}/_ok=true", events_dir)
+        return per_day
+    if len(suspects) > MAX_BROADCAST_DUPLICATES:
+        fresh = drop_duplicates(valid, existing)
+    else:
+        fresh = drop_duplicates(valid, existing, spark.createDataFrame([(i,) for i in suspects], "_id long"))
+    fresh.write.mode("append").partitionBy("day").parquet(events_dir)
+    return {str(r["day"]): r["count"] for r in spark.read.parquet(events_dir)
+            .where(F.col("_run") == run_id).groupBy("day").count().collect()}
 
 
 def _finish(spark: SparkSession, out: str, manifest: dict, result: IngestResult, todo: list[fs.InputFile],
@@ -240,7 +258,7 @@ def _finish(spark: SparkSession, out: str, manifest: dict, result: IngestResult,
     for f in todo:
         stats = result.per_file.get(f.uri, {})
         known[f.uri] = {"size": f.size, "mtime": f.mtime, "lines": stats.get("lines", 0),
-                        "valid": stats.get("valid", 0), "days": stats.get("_days", [])}
+                        "valid": stats.get("valid", 0), "days": sorted(stats.get("_per_day", {}))}
     manifest["runs"].append({"run": run_id, "files": len(todo), "lines": result.lines,
                              "events": result.events_new, "duplicates": result.duplicates,
                              "rejected": result.rejected})
@@ -257,19 +275,18 @@ def _count(parsed: DataFrame, result: IngestResult) -> None:
     reasons: Counter[str] = Counter()
     versions: Counter[int] = Counter()
     for r in rows:
-        stats = result.per_file.setdefault(fs.norm_uri(r["_file"]), {"lines": 0, "valid": 0, "_days": []})
+        stats = result.per_file.setdefault(fs.norm_uri(r["_file"]), {"lines": 0, "valid": 0, "_per_day": {}})
         stats["lines"] += r["count"]
         result.lines += r["count"]
         if r["_reason"] is None:
             stats["valid"] += r["count"]
-            stats["_days"].append(str(r["vday"]))
+            day = str(r["vday"])
+            stats["_per_day"][day] = stats["_per_day"].get(day, 0) + r["count"]
         else:
             stats[r["_reason"]] = stats.get(r["_reason"], 0) + r["count"]
             reasons[r["_reason"]] += r["count"]
             if r["bad_v"] is not None:
                 versions[int(r["bad_v"])] += r["count"]
-    for stats in result.per_file.values():
-        stats["_days"] = sorted(set(stats["_days"]))
     result.rejected = dict(reasons)
     result.unknown_versions = dict(versions)
 

@@ -37,7 +37,7 @@ def build_tables(events: DataFrame, cfg: CapacityConfig) -> dict[str, DataFrame]
     """Every result table from the events dataset (lazy; the caller caches what it reuses)."""
     per_minute = load.load_per_minute(events).persist(StorageLevel.MEMORY_AND_DISK)
     daily = load.daily_peaks(per_minute).persist(StorageLevel.MEMORY_AND_DISK)
-    facts = sessions.session_facts(events).persist(StorageLevel.MEMORY_AND_DISK)
+    facts = sessions.session_facts(events)  # a cheap Parquet scan each time; caching it costs more
     plan = capacity.plan(daily, cfg).persist(StorageLevel.MEMORY_AND_DISK)
     return {
         "load_minute": per_minute,

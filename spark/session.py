@@ -24,6 +24,7 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
         builder = builder.master(master or DEFAULT_MASTER)
     if not submitted:
         builder = (builder.config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
+                   .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
                    .config("spark.ui.showConsoleProgress", "false"))
     cores = os.cpu_count() or 2
     builder = (builder
@@ -31,7 +32,9 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions or max(4, 2 * cores)))
                .config("spark.sql.adaptive.enabled", "true")
                .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-               .config("spark.sql.parquet.compression.codec", "snappy"))
+               .config("spark.sql.parquet.compression.codec", "snappy")
+               # write each task's day partitions side by side instead of sorting rows by day first
+               .config("spark.sql.maxConcurrentOutputFileWriters", "32"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -34,7 +34,7 @@ class TransitConfig:
     max_connections_per_ip: int = setting(256, "open client connections per source address (0 = unlimited)")
     splice: bool = setting(True, "TCP<->TCP pairs use zero-copy splice(2) where the OS has it")
     pipe_size: int = setting(1048576, "pipe capacity per busy splice direction (caps relay memory)", unit="bytes")
-    buffer_size: int = setting(262144, "copy-path read buffer (one, shared by all pairs); read size and "
+    buffer_size: int = setting(1048576, "copy-path read buffer (one, shared by all pairs); read size and "
                                        "write limit of pairs with a WebSocket side", unit="bytes")
     websocket_max_message: int = setting(1048576, "largest WebSocket message accepted", unit="bytes")
     websocket_max_queue: int = setting(4, "WebSocket messages queued per connection before reading pauses")

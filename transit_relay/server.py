@@ -84,7 +84,7 @@ class TcpEndpoint:
 
     # -- used by websocket.StreamPair (TCP side of a mixed pair) --------------------------
     async def pump_to(self, partner, pair: PairState, first: bool) -> None:
-        bufsize = self.server.config.buffer_size
+        bufsize = min(self.server.config.buffer_size, 262144)  # each recv allocates a fresh bytes object
         while True:
             data = await self.loop.sock_recv(self.sock, bufsize)
             if not data:

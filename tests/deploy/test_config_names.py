@@ -22,12 +22,16 @@ FILES = ["docker/Dockerfile", "docker/compose.yaml", "docker/compose.tls.yaml", 
          "helm/burrow/values.yaml"]
 
 
-def fields(service: str) -> set[str]:
+def config_class(service: str) -> type:
     module = importlib.import_module(f"{PACKAGES[service]}.config")
     classes = [v for v in vars(module).values()
                if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__module__ == module.__name__]
     assert len(classes) == 1, f"expected one config dataclass in {module.__name__}, got {classes}"
-    return {f.name.upper() for f in dataclasses.fields(classes[0])}
+    return classes[0]
+
+
+def fields(service: str) -> set[str]:
+    return {f.name.upper() for f in dataclasses.fields(config_class(service))}
 
 
 def names_in(text: str) -> set[tuple[str, str]]:
@@ -58,3 +62,15 @@ def test_chart_uses_real_settings(name):
 def test_detects_a_misspelt_name():
     with pytest.raises(AssertionError, match="BURROW_MAILBOX_ADMIN_HOSTNAME"):
         check("example", "BURROW_MAILBOX_ADMIN_HOSTNAME=0.0.0.0")
+
+
+def test_healthcheck_defaults_match_the_servers():
+    # The image's HEALTHCHECK falls back to these when no --admin-port / env overrides them.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("burrow_healthcheck", REPO / "docker" / "healthcheck.py")
+    hc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hc)
+    for service in PACKAGES:
+        default = {f.name: f.default for f in dataclasses.fields(config_class(service))}["admin_port"]
+        assert hc.DEFAULT_ADMIN_PORTS[service.lower()] == default, service

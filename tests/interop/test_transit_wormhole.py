@@ -86,19 +86,21 @@ def sandbox(tmp_path_factory):
         pytest.fail(f"interop prerequisites missing: {reason}")
     tmp = tmp_path_factory.mktemp("transit-interop")
     box = Sandbox(tmp)
-    box.event_log = tmp / "transit.jsonl"
-    box.spawn(str(VENV_BIN / "twist"), "wormhole-mailbox", "--port=tcp:4000:interface=127.0.0.1",
-              cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    box.spawn(sys.executable, "-m", "transit_relay", "--host", "127.0.0.1", "--port", "4001",
-              "--websocket-port", "-1", "--admin-port", "-1", "--event-log", str(box.event_log),
-              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    box.wait_port(4000)
-    box.wait_port(4001)
-    # no interface but loopback: no client can offer a direct hint that works
-    out = subprocess.run(box.cmd("ip", "-o", "link"), capture_output=True, text=True).stdout
-    assert [line.split(":")[1].strip() for line in out.splitlines()] == ["lo"]
-    yield box
-    box.close()
+    try:
+        box.event_log = tmp / "transit.jsonl"
+        box.spawn(str(VENV_BIN / "twist"), "wormhole-mailbox", "--port=tcp:4000:interface=127.0.0.1",
+                  cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        box.spawn(sys.executable, "-m", "transit_relay", "--host", "127.0.0.1", "--port", "4001",
+                  "--websocket-port", "-1", "--admin-port", "-1", "--event-log", str(box.event_log),
+                  cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        box.wait_port(4000)
+        box.wait_port(4001)
+        # no interface but loopback: no client can offer a direct hint that works
+        out = subprocess.run(box.cmd("ip", "-o", "link"), capture_output=True, text=True).stdout
+        assert [line.split(":")[1].strip() for line in out.splitlines()] == ["lo"]
+        yield box
+    finally:
+        box.close()
 
 
 def python_send(box, path: Path, code: str, cwd: Path) -> subprocess.Popen:

@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Packet relay benchmark: burrow-relay (DERP over TLS, STUN) with coturn's STUN side by side.
+
+The relay runs as `python -m packet_relay` pinned to one core (taskset -c 0); this process is the
+load generator on the other core. Every phase is bounded (packet counts and a few seconds).
+
+  forwarding   1200-byte packets, 1 / 4 / 16 sender->receiver pairs over TLS: packets/s, Gbit/s
+               of payload delivered, and drops
+  latency      one pair echoing single packets: relay round trip / 2 (p50, p99), idle and while
+               4 other pairs flood
+  memory       N idle TLS DERP connections (handshake done): relay RSS delta / N
+  STUN         Binding requests answered per second, our server vs coturn (`turnserver -S`), same
+               client, same core
+
+Usage: .venv/bin/python bench/packet_relay.py [--quick] [--idle N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import select
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from packet_relay.protocol import frames as f  # noqa: E402
+from packet_relay.protocol.connection import ClientConnection, Connected  # noqa: E402
+from packet_relay.protocol.handshake import generate_private_key  # noqa: E402
+from packet_relay.stun import build_binding_request  # noqa: E402
+
+PKT = 1200
+RECV_FRAME = f.FRAME_HEADER_LEN + 32 + PKT
+BACKGROUND_PPS = 5000  # per background pair in the latency phase
+UPGRADE = b"GET /derp HTTP/1.1\r\nHost: bench\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n"
+
+
+def free_port(kind=socket.SOCK_DGRAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_relay(tmp: str, stun_port: int) -> tuple[subprocess.Popen, int]:
+    cmd = [sys.executable, "-m", "packet_relay", "--host", "127.0.0.1", "--dev-tls", "--tls-dir", tmp + "/tls",
+           "--https-port", "0", "--admin-port", "0", "--stun-port", str(stun_port),
+           "--stun-rate-per-source", "0", "--key-file", tmp + "/relay.key"]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        line = proc.stderr.readline().decode()
+        if m := re.search(r"relay up: https (\d+)", line):
+            return proc, int(m.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise SystemExit("relay did not start")
+
+
+class Conn:
+    def __init__(self, reader, writer, key: bytes) -> None:
+        self.reader, self.writer, self.key = reader, writer, key
+
+
+async def connect(port: int, ctx: ssl.SSLContext) -> Conn:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost",
+                                                   limit=1 << 20)
+    writer.write(UPGRADE)
+    await reader.readuntil(b"\r\n\r\n")
+    machine = ClientConnection(generate_private_key())
+    while True:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        if not data:
+            raise ConnectionError("relay closed during handshake")
+        events = machine.receive_data(data)
+        writer.write(machine.data_to_send())
+        if any(isinstance(e, Connected) for e in events):
+            return Conn(reader, writer, machine.client_public)
+
+
+def send_blob(dst: bytes, n: int) -> bytes:
+    payload = os.urandom(PKT)
+    return (f.header(f.SEND_PACKET, 32 + PKT) + dst + payload) * n
+
+
+async def forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int) -> dict:
+    conns = [await connect(port, ctx) for _ in range(2 * pairs)]
+    senders, receivers = conns[:pairs], conns[pairs:]
+    per_pair = total // pairs
+    batch = 64
+    received = [0] * pairs
+    last_rx = [0.0]
+
+    async def send(i: int) -> None:
+        blob = send_blob(receivers[i].key, batch)
+        for _ in range(per_pair // batch):
+            senders[i].writer.write(blob)
+            await senders[i].writer.drain()
+
+    async def recv(i: int) -> None:
+        want = (per_pair // batch) * batch * RECV_FRAME
+        got = 0
+        while got < want:
+            try:
+                data = await asyncio.wait_for(receivers[i].reader.read(1 << 20), 1.0)
+            except asyncio.TimeoutError:
+                break  # the rest was dropped
+            if not data:
+                break
+            got += len(data)
+            last_rx[0] = time.perf_counter()
+        received[i] = got // RECV_FRAME
+
+    relay = psutil.Process(relay_pid)
+    cpu0 = sum(relay.cpu_times()[:2])
+    t0 = time.perf_counter()
+    rx = [asyncio.create_task(recv(i)) for i in range(pairs)]
+    await asyncio.gather(*(send(i) for i in range(pairs)))
+    await asyncio.gather(*rx)
+    elapsed = max(last_rx[0] - t0, 1e-9)
+    cpu = sum(relay.cpu_times()[:2]) - cpu0
+    for c in conns:
+        c.writer.close()
+    sent = pairs * (per_pair // batch) * batch
+    got = sum(received)
+    return {"pairs": pairs, "sent": sent, "delivered": got, "seconds": elapsed, "pps": got / elapsed,
+            "gbps": got * PKT * 8 / elapsed / 1e9, "drop_pct": 100.0 * (sent - got) / sent,
+            "relay_cpu_pct": 100.0 * cpu / (time.perf_counter() - t0),
+            "pps_per_relay_cpu_second": got / max(cpu, 1e-9)}
+
+
+async def latency(port: int, ctx, samples: int, background_pairs: int) -> dict:
+    a, b = await connect(port, ctx), await connect(port, ctx)
+    stop = asyncio.Event()
+    bg_tasks = []
+    if background_pairs:
+        bg = [await connect(port, ctx) for _ in range(2 * background_pairs)]
+
+        async def flood(s: Conn, r: Conn) -> None:  # 32 packets every 6.4 ms: 5,000 packets/s per pair
+            blob = send_blob(r.key, 32)
+            while not stop.is_set():
+                s.writer.write(blob)
+                await s.writer.drain()
+                await asyncio.sleep(32 / BACKGROUND_PPS)
+
+        async def sink(r: Conn) -> None:
+            while not stop.is_set():
+                if not await r.reader.read(1 << 20):
+                    return
+
+        for i in range(background_pairs):
+            bg_tasks += [asyncio.create_task(flood(bg[i], bg[background_pairs + i])),
+                         asyncio.create_task(sink(bg[background_pairs + i]))]
+        await asyncio.sleep(0.3)
+
+    async def echo() -> None:  # b sends back every packet it gets
+        dec = f.FrameDecoder(1 << 20)
+        while True:
+            data = await b.reader.read(65536)
+            if not data:
+                return
+            dec.feed(data)
+            while (raw := dec.next_raw()) is not None:
+                if raw[0] == f.RECV_PACKET:
+                    b.writer.write(f.header(f.SEND_PACKET, len(raw[1])) + a.key + raw[1][32:])
+
+    echo_task = asyncio.create_task(echo())
+    dec = f.FrameDecoder(1 << 20)
+    rtts = []
+    payload = bytes(PKT)
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        a.writer.write(f.header(f.SEND_PACKET, 32 + PKT) + b.key + payload)
+        got = False
+        while not got:
+            dec.feed(await asyncio.wait_for(a.reader.read(65536), 10))
+            while (raw := dec.next_raw()) is not None:
+                got = got or raw[0] == f.RECV_PACKET
+        rtts.append((time.perf_counter() - t0) / 2 * 1000)
+    stop.set()
+    echo_task.cancel()
+    for t in bg_tasks:
+        t.cancel()
+    await asyncio.gather(echo_task, *bg_tasks, return_exceptions=True)
+    rtts.sort()
+    return {"background_pairs": background_pairs, "p50_ms": statistics.median(rtts),
+            "p99_ms": rtts[int(len(rtts) * 0.99) - 1]}
+
+
+async def idle_memory(port: int, ctx, relay_pid: int, n: int) -> dict:
+    proc = psutil.Process(relay_pid)
+    await asyncio.sleep(0.5)
+    rss0 = proc.memory_info().rss
+    conns = []
+    for i in range(0, n, 50):
+        conns += await asyncio.gather(*(connect(port, ctx) for _ in range(min(50, n - i))))
+    await asyncio.sleep(1.0)
+    rss1 = proc.memory_info().rss
+    for c in conns:
+        c.writer.close()
+    await asyncio.sleep(0.5)
+    return {"connections": n, "rss_delta_mb": (rss1 - rss0) / 1e6, "bytes_per_conn": (rss1 - rss0) / n}
+
+
+def stun_rate(port: int, seconds: float, sockets: int = 4, window: int = 32) -> float:
+    socks = []
+    for _ in range(sockets):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("127.0.0.1", port))
+        s.setblocking(False)
+        socks.append(s)
+    requests = [build_binding_request(os.urandom(12)) for _ in range(256)]
+    answered, k = 0, 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    while time.perf_counter() < deadline:
+        for s in socks:
+            for _ in range(window):
+                s.send(requests[k & 255])
+                k += 1
+        expect, got = window * sockets, 0
+        wait_until = time.perf_counter() + 0.2
+        while got < expect and time.perf_counter() < wait_until:
+            ready, _, _ = select.select(socks, [], [], 0.05)
+            for s in ready:
+                while True:
+                    try:
+                        s.recv(2048)
+                        got += 1
+                    except BlockingIOError:
+                        break
+        answered += got
+    elapsed = time.perf_counter() - t0
+    for s in socks:
+        s.close()
+    return answered / elapsed
+
+
+def start_coturn(port: int) -> subprocess.Popen | None:
+    exe = shutil.which("turnserver")
+    if exe is None:
+        return None
+    cmd = [exe, "-n", "--listening-ip=127.0.0.1", f"--listening-port={port}", "--no-tls", "--no-dtls",
+           "--stun-only", "--no-cli", "--no-stdout-log", "--log-file=/dev/null", "--simple-log"]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    return proc
+
+
+async def run(args) -> dict:
+    if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:
+        os.sched_setaffinity(0, {1})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        stun_port = free_port()
+        relay, port = start_relay(tmp, stun_port)
+        try:
+            results["memory"] = await idle_memory(port, ctx, relay.pid, args.idle)
+            total = 30_000 if args.quick else 120_000
+            results["forwarding"] = [await forwarding(port, ctx, p, total, relay.pid) for p in (1, 4, 16)]
+            n = 300 if args.quick else 2000
+            results["latency"] = [await latency(port, ctx, n, 0), await latency(port, ctx, n, 4)]
+            secs = 1.0 if args.quick else 2.0
+            results["stun"] = {"burrow": stun_rate(stun_port, secs)}
+        finally:
+            relay.terminate()
+            relay.wait(10)
+        coturn_port = free_port()
+        coturn = start_coturn(coturn_port)
+        if coturn is not None:
+            try:
+                results["stun"]["coturn"] = stun_rate(coturn_port, secs)
+            finally:
+                coturn.terminate()
+                coturn.wait(10)
+    return results
+
+
+def table(r: dict) -> str:
+    out = ["| measurement | result |", "|---|---|"]
+    for x in r["forwarding"]:
+        out.append(f"| forwarding, {x['pairs']} pair(s), 1200-byte packets over TLS | "
+                   f"{x['pps']:,.0f} packets/s = {x['gbps']:.2f} Gbit/s payload, {x['drop_pct']:.1f}% dropped, "
+                   f"relay CPU {x['relay_cpu_pct']:.0f}% of one core "
+                   f"({x['pps_per_relay_cpu_second'] * PKT * 8 / 1e9:.2f} Gbit/s per relay CPU-second) |")
+    for x in r["latency"]:
+        load = f"while {x['background_pairs']} pairs send {BACKGROUND_PPS:,} packets/s each" if x["background_pairs"] else "idle"
+        out.append(f"| added latency (round trip / 2), {load} | p50 {x['p50_ms']:.3f} ms, p99 {x['p99_ms']:.3f} ms |")
+    m = r["memory"]
+    out.append(f"| memory per idle TLS DERP connection ({m['connections']} open) | "
+               f"{m['bytes_per_conn'] / 1024:.1f} KiB (RSS +{m['rss_delta_mb']:.1f} MB) |")
+    s = r["stun"]
+    line = f"| STUN Binding requests answered/s | burrow {s['burrow']:,.0f}"
+    if "coturn" in s:
+        line += f", coturn {s['coturn']:,.0f} (ratio {s['burrow'] / s['coturn']:.2f})"
+    out.append(line + " |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
+    p.add_argument("--idle", type=int, default=1000, help="idle TLS connections for the memory figure")
+    p.add_argument("--json", help="also write the raw results here")
+    args = p.parse_args()
+    results = asyncio.run(run(args))
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
