@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import psutil
@@ -93,55 +94,73 @@ async def connect(port: int, ctx: ssl.SSLContext) -> Conn:
             return Conn(reader, writer, machine.client_public)
 
 
-def send_blob(dst: bytes, n: int) -> bytes:
-    payload = os.urandom(PKT)
-    return (f.header(f.SEND_PACKET, 32 + PKT) + dst + payload) * n
+def connect_blocking(port: int, ctx: ssl.SSLContext) -> tuple[ssl.SSLSocket, bytes]:
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+    sock.sendall(UPGRADE)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += sock.recv(4096)
+    machine = ClientConnection(generate_private_key())
+    events = machine.receive_data(buf.split(b"\r\n\r\n", 1)[1])
+    while True:
+        sock.sendall(machine.data_to_send())
+        if any(isinstance(e, Connected) for e in events):
+            return sock, machine.client_public
+        events = machine.receive_data(sock.recv(65536))
 
 
-async def forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int) -> dict:
-    conns = [await connect(port, ctx) for _ in range(2 * pairs)]
+def forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int) -> dict:
+    """Blocking TLS sockets, one thread each: OpenSSL runs without the GIL, so the generator keeps up."""
+    conns = [connect_blocking(port, ctx) for _ in range(2 * pairs)]
     senders, receivers = conns[:pairs], conns[pairs:]
-    per_pair = total // pairs
     batch = 64
+    rounds = total // pairs // batch
     received = [0] * pairs
-    last_rx = [0.0]
+    last_rx = [0.0] * pairs
 
-    async def send(i: int) -> None:
-        blob = send_blob(receivers[i].key, batch)
-        for _ in range(per_pair // batch):
-            senders[i].writer.write(blob)
-            await senders[i].writer.drain()
+    def send(i: int) -> None:
+        blob = send_blob(receivers[i][1], batch)
+        for _ in range(rounds):
+            senders[i][0].sendall(blob)
 
-    async def recv(i: int) -> None:
-        want = (per_pair // batch) * batch * RECV_FRAME
-        got = 0
+    def recv(i: int) -> None:
+        sock = receivers[i][0]
+        sock.settimeout(1.0)
+        want, got = rounds * batch * RECV_FRAME, 0
+        buf = bytearray(1 << 20)
         while got < want:
             try:
-                data = await asyncio.wait_for(receivers[i].reader.read(1 << 20), 1.0)
-            except asyncio.TimeoutError:
+                n = sock.recv_into(buf)
+            except TimeoutError:
                 break  # the rest was dropped
-            if not data:
+            if not n:
                 break
-            got += len(data)
-            last_rx[0] = time.perf_counter()
+            got += n
+            last_rx[i] = time.perf_counter()
         received[i] = got // RECV_FRAME
 
     relay = psutil.Process(relay_pid)
     cpu0 = sum(relay.cpu_times()[:2])
     t0 = time.perf_counter()
-    rx = [asyncio.create_task(recv(i)) for i in range(pairs)]
-    await asyncio.gather(*(send(i) for i in range(pairs)))
-    await asyncio.gather(*rx)
-    elapsed = max(last_rx[0] - t0, 1e-9)
+    threads = [threading.Thread(target=recv, args=(i,)) for i in range(pairs)]
+    threads += [threading.Thread(target=send, args=(i,)) for i in range(pairs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = max(max(last_rx) - t0, 1e-9)
     cpu = sum(relay.cpu_times()[:2]) - cpu0
-    for c in conns:
-        c.writer.close()
-    sent = pairs * (per_pair // batch) * batch
-    got = sum(received)
+    for sock, _ in conns:
+        sock.close()
+    sent, got = pairs * rounds * batch, sum(received)
     return {"pairs": pairs, "sent": sent, "delivered": got, "seconds": elapsed, "pps": got / elapsed,
             "gbps": got * PKT * 8 / elapsed / 1e9, "drop_pct": 100.0 * (sent - got) / sent,
-            "relay_cpu_pct": 100.0 * cpu / (time.perf_counter() - t0),
-            "pps_per_relay_cpu_second": got / max(cpu, 1e-9)}
+            "relay_cpu_pct": 100.0 * cpu / elapsed, "pps_per_relay_cpu_second": got / max(cpu, 1e-9)}
+
+
+def send_blob(dst: bytes, n: int) -> bytes:
+    payload = os.urandom(PKT)
+    return (f.header(f.SEND_PACKET, 32 + PKT) + dst + payload) * n
 
 
 async def latency(port: int, ctx, samples: int, background_pairs: int) -> dict:
@@ -204,6 +223,9 @@ async def latency(port: int, ctx, samples: int, background_pairs: int) -> dict:
 
 async def idle_memory(port: int, ctx, relay_pid: int, n: int) -> dict:
     proc = psutil.Process(relay_pid)
+    warm = await asyncio.gather(*(connect(port, ctx) for _ in range(50)))  # one-time start-up costs
+    for c in warm:
+        c.writer.close()
     await asyncio.sleep(0.5)
     rss0 = proc.memory_info().rss
     conns = []
@@ -260,8 +282,18 @@ def start_coturn(port: int) -> subprocess.Popen | None:
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
-    return proc
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # wait until it answers
+        s.settimeout(0.2)
+        for _ in range(50):
+            s.sendto(build_binding_request(os.urandom(12)), ("127.0.0.1", port))
+            try:
+                s.recv(2048)
+                return proc
+            except OSError:
+                if proc.poll() is not None:
+                    return None
+    proc.kill()
+    return None
 
 
 async def run(args) -> dict:
@@ -279,7 +311,7 @@ async def run(args) -> dict:
         try:
             results["memory"] = await idle_memory(port, ctx, relay.pid, args.idle)
             total = 30_000 if args.quick else 120_000
-            results["forwarding"] = [await forwarding(port, ctx, p, total, relay.pid) for p in (1, 4, 16)]
+            results["forwarding"] = [forwarding(port, ctx, p, total, relay.pid) for p in (1, 4, 16)]
             n = 300 if args.quick else 2000
             results["latency"] = [await latency(port, ctx, n, 0), await latency(port, ctx, n, 4)]
             secs = 1.0 if args.quick else 2.0
@@ -313,7 +345,7 @@ def table(r: dict) -> str:
                f"{m['bytes_per_conn'] / 1024:.1f} KiB (RSS +{m['rss_delta_mb']:.1f} MB) |")
     s = r["stun"]
     line = f"| STUN Binding requests answered/s | burrow {s['burrow']:,.0f}"
-    if "coturn" in s:
+    if s.get("coturn"):
         line += f", coturn {s['coturn']:,.0f} (ratio {s['burrow'] / s['coturn']:.2f})"
     out.append(line + " |")
     return "\n".join(out)

@@ -1,189 +1,200 @@
-"""Relay forwarding cost per packet: the iroh path next to the DERP path, same relay process.
+#!/usr/bin/env python3
+"""Relay forwarding cost per packet: the iroh path next to the DERP path, same relay, same load.
 
-One relay (`python -m packet_relay`, plain HTTP on 127.0.0.1, no TLS so only forwarding is measured)
-runs as its own process; this process drives two clients per case: A sends `--packets` datagrams to
-B through the relay, keeping at most `--window` in flight (so nothing is dropped), until all arrived
-or `--seconds` passed. The relay's CPU time (user+system) over the case divided by the datagrams
-delivered is the forwarding cost. DERP clients use `Upgrade: DERP` (client/derp), iroh clients the
-WebSocket at /relay (packet_relay/iroh/client.py); the `batch` case sends GSO-style batches
-(frame type 5) of 10 datagrams, as iroh's QUIC stack does under load.
+The relay runs as `python -m packet_relay` (TLS, pinned to core 0 when taskset exists); this process
+drives it from the other core with blocking TLS sockets, one thread per socket (OpenSSL runs without
+the GIL), exactly as bench/packet_relay.py's forwarding phase does for DERP:
+senders write 1200-byte datagrams in batches of 64 frames, receivers count delivered bytes.
+The forwarding cost is the relay's CPU time (user+system) per delivered datagram.
 
-    .venv/bin/python bench/packet_relay_iroh.py [--packets 20000] [--seconds 5] [--window 256]
+  derp         SendPacket frames over `Upgrade: DERP` (bench/packet_relay.py's forwarding())
+  iroh         ClientToRelayDatagram frames (type 4) over the WebSocket at /relay
+  iroh batch   ClientToRelayDatagramBatch frames (type 5) of 10 x 1200 bytes, as iroh's QUIC stack
+               sends GSO batches under load; cost per datagram
+
+`iroh_forwarding()` is also called from bench/packet_relay.py.
+
+Usage: .venv/bin/python bench/packet_relay_iroh.py [--quick] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
+import json
 import os
 import socket
-import subprocess
+import ssl
 import sys
 import tempfile
+import threading
 import time
-import urllib.request
 
 import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from client.derp import DerpClient  # noqa: E402
-from packet_relay.iroh.client import IrohRelayClient  # noqa: E402
+from nacl.signing import SigningKey  # noqa: E402
 
-BATCH = 10
+from packet_relay.iroh import frames as f  # noqa: E402
+from packet_relay.iroh.session import challenge_message  # noqa: E402
+from packet_relay.iroh.websocket import binary_header  # noqa: E402
+from packet_relay.protocol.websocket import encode_frame  # noqa: E402
+
+PKT = 1200
+BATCH_SEGMENTS = 10
+UPGRADE = (b"GET /relay HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Key: YmVuY2hiZW5jaGJlbmNoMQ==\r\nSec-WebSocket-Version: 13\r\n"
+           b"Sec-WebSocket-Protocol: iroh-relay-v2\r\n\r\n")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _read_message(sock: ssl.SSLSocket, buf: bytearray) -> bytes:
+    """One unfragmented server message (handshake only: small, unmasked)."""
+    while True:
+        if len(buf) >= 2:
+            n, hlen = buf[1] & 0x7F, 2
+            if n == 126 and len(buf) >= 4:
+                n, hlen = int.from_bytes(buf[2:4], "big"), 4
+            if n != 126 and len(buf) >= hlen + n:
+                msg = bytes(buf[hlen:hlen + n])
+                del buf[:hlen + n]
+                return msg
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("relay closed during the iroh handshake")
+        buf += chunk
 
 
-def start_relay(tmp: str) -> tuple[subprocess.Popen, int]:
-    for _ in range(5):
-        port, admin = free_port(), free_port()
-        cmd = [sys.executable, *os.environ.get("BENCH_RELAY", "-m packet_relay").split(), "--host", "127.0.0.1",
-               "--https-port", "-1", "--http-port", str(port), "--stun-port", "0", "--admin-port", str(admin),
-               "--key-file", os.path.join(tmp, "relay.key"), "--send-queue-depth", "1024"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and proc.poll() is None:
+def connect_iroh(port: int, ctx: ssl.SSLContext) -> tuple[ssl.SSLSocket, bytes]:
+    """A blocking TLS iroh connection after the challenge login; returns (socket, endpoint id)."""
+    key = SigningKey.generate()
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+    sock.sendall(UPGRADE)
+    buf = bytearray()
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("relay closed during the upgrade")
+        buf += chunk
+    head, _, rest = bytes(buf).partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise ConnectionError(head.split(b"\r\n", 1)[0].decode())
+    buf = bytearray(rest)
+    challenge = f.decode(_read_message(sock, buf))
+    sig = key.sign(challenge_message(challenge.challenge)).signature
+    sock.sendall(encode_frame(0x2, f.ClientAuth(bytes(key.verify_key), sig).encode(), mask=True))
+    if not isinstance(f.decode(_read_message(sock, buf)), f.ServerConfirmsAuth):
+        raise ConnectionError("relay denied the benchmark endpoint")
+    return sock, bytes(key.verify_key)
+
+
+def iroh_forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int, batch: bool = False) -> dict:
+    """Same shape as bench/packet_relay.py forwarding(): datagrams/s, drops, relay CPU."""
+    conns = [connect_iroh(port, ctx) for _ in range(2 * pairs)]
+    senders, receivers = conns[:pairs], conns[pairs:]
+    per_frame = BATCH_SEGMENTS if batch else 1
+    frames_per_write = 64 if not batch else 8
+    rounds = max(1, total // per_frame // pairs // frames_per_write)
+    body_len = 1 + f.KEY_LEN + (3 + PKT * per_frame if batch else 1 + PKT)
+    recv_frame = len(binary_header(body_len)) + body_len
+    received = [0] * pairs
+    last_rx = [0.0] * pairs
+
+    def blob(dst: bytes) -> bytes:
+        payload = os.urandom(PKT * per_frame)
+        if batch:
+            msg = f.Datagrams(f.CLIENT_TO_RELAY_DATAGRAM_BATCH, dst, b"\x00" + PKT.to_bytes(2, "big") + payload)
+        else:
+            msg = f.Datagrams(f.CLIENT_TO_RELAY_DATAGRAM, dst, b"\x00" + payload)
+        return encode_frame(0x2, msg.encode(), mask=True) * frames_per_write
+
+    def send(i: int) -> None:
+        data = blob(receivers[i][1])
+        for _ in range(rounds):
+            senders[i][0].sendall(data)
+
+    def recv(i: int) -> None:
+        sock = receivers[i][0]
+        sock.settimeout(1.0)
+        want, got = rounds * frames_per_write * recv_frame, 0
+        buf = bytearray(1 << 20)
+        while got < want:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=1).read()
-                return proc, port
-            except OSError:
-                time.sleep(0.1)
-        proc.kill()
-        proc.wait()
-    raise RuntimeError("relay did not start")
-
-
-class Pair:
-    """A sender and a receiver of one protocol, with the same small interface."""
-
-    def __init__(self, proto: str, url: str) -> None:
-        self.proto = proto
-        if proto == "derp":
-            self.a, self.b = DerpClient(url, reconnect=False), DerpClient(url, reconnect=False)
-        else:
-            self.a, self.b = IrohRelayClient(url), IrohRelayClient(url)
-
-    async def start(self) -> None:
-        for c in (self.a, self.b):
-            await (c.start() if self.proto == "derp" else c.connect())
-
-    def prepare(self, payload: bytes, batch: bool) -> None:
-        """iroh: one masked WebSocket frame built once and written as is (the library's per-message
-        cost would otherwise be what the benchmark measures)."""
-        if self.proto == "iroh":
-            from packet_relay.iroh import frames as f
-            from packet_relay.protocol.websocket import encode_frame
-
-            if batch:
-                body = b"\x00" + (len(payload) // BATCH).to_bytes(2, "big") + payload
-                msg = f.Datagrams(f.CLIENT_TO_RELAY_DATAGRAM_BATCH, self.b.endpoint_id, body).encode()
-            else:
-                msg = f.Datagrams(f.CLIENT_TO_RELAY_DATAGRAM, self.b.endpoint_id, b"\x00" + payload).encode()
-            self.frame = encode_frame(0x2, msg, mask=True)
-            self.transport = self.a.ws.transport
-        self.payload = payload
-
-    def send(self) -> None:
-        if self.proto == "derp":
-            self.a.send_nowait(self.b.public_key, self.payload)
-        else:
-            self.transport.write(self.frame)
-
-    async def drain(self) -> None:
-        if self.proto == "derp":
-            await self.a.drain()
-        else:
-            await asyncio.sleep(0)
-
-    async def recv(self, timeout: float) -> None:
-        await (self.b.recv(timeout) if self.proto == "derp" else self.b.recv(timeout))
-
-    async def close(self) -> None:
-        await self.a.close()
-        await self.b.close()
-
-
-async def run_case(url: str, relay: psutil.Process, proto: str, size: int, batch: bool, packets: int,
-                   seconds: float, window: int) -> dict:
-    pair = Pair(proto, url)
-    await pair.start()
-    per_frame = BATCH if batch else 1
-    frames = packets // per_frame
-    payload = os.urandom(size * per_frame)
-    pair.prepare(payload, batch)
-    received = 0
-    room = asyncio.Event()
-
-    async def receiver() -> None:
-        nonlocal received
-        while received < frames:
-            await pair.recv(seconds)
-            received += 1
-            if received % (window // 4) == 0:
-                room.set()
-
-    cpu0 = sum(relay.cpu_times()[:2])
-    t0 = time.monotonic()
-    task = asyncio.get_running_loop().create_task(receiver())
-    sent = 0
-    deadline = t0 + seconds
-    while sent < frames and time.monotonic() < deadline and not task.done():
-        while sent < frames and sent - received < window:
-            pair.send()
-            sent += 1
-        await pair.drain()
-        room.clear()
-        if sent - received >= window:
-            try:
-                await asyncio.wait_for(room.wait(), max(0.01, deadline - time.monotonic()))
-            except (asyncio.TimeoutError, TimeoutError):
+                n = sock.recv_into(buf)
+            except TimeoutError:
+                break  # the rest was dropped
+            if not n:
                 break
-    try:
-        await asyncio.wait_for(task, max(0.5, deadline - time.monotonic() + 1))
-    except (asyncio.TimeoutError, TimeoutError):
-        task.cancel()
-    elapsed = time.monotonic() - t0
+            got += n
+            last_rx[i] = time.perf_counter()
+        received[i] = got // recv_frame * per_frame
+
+    relay = psutil.Process(relay_pid)
+    cpu0 = sum(relay.cpu_times()[:2])
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=recv, args=(i,)) for i in range(pairs)]
+    threads += [threading.Thread(target=send, args=(i,)) for i in range(pairs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = max(max(last_rx) - t0, 1e-9)
     cpu = sum(relay.cpu_times()[:2]) - cpu0
-    await pair.close()
-    delivered = received * per_frame
-    return {"proto": proto, "case": f"{'batch %dx' % BATCH if batch else 'single '}{size} B",
-            "delivered": delivered, "pps": delivered / elapsed,
-            "us_per_packet": cpu / delivered * 1e6 if delivered else float("nan")}
+    for sock, _ in conns:
+        sock.close()
+    sent, got = pairs * rounds * frames_per_write * per_frame, sum(received)
+    return {"pairs": pairs, "batch": batch, "sent": sent, "delivered": got, "seconds": elapsed,
+            "pps": got / elapsed, "gbps": got * PKT * 8 / elapsed / 1e9,
+            "drop_pct": 100.0 * (sent - got) / sent, "relay_cpu_pct": 100.0 * cpu / elapsed,
+            "pps_per_relay_cpu_second": got / max(cpu, 1e-9), "us_per_packet": cpu / max(got, 1) * 1e6}
 
 
-async def main_async(args) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, port = start_relay(tmp)
-        try:
-            relay = psutil.Process(proc.pid)
-            url = f"http://127.0.0.1:{port}"
-            rows = []
-            for proto, size, batch in (("derp", 100, False), ("iroh", 100, False), ("derp", 1200, False),
-                                       ("iroh", 1200, False), ("iroh", 1200, True)):
-                rows.append(await run_case(url, relay, proto, size, batch, args.packets, args.seconds, args.window))
-            return rows
-        finally:
-            proc.terminate()
-            proc.wait(10)
+def _derp_bench():
+    """bench/packet_relay.py as a module (its name would shadow the packet_relay package on import)."""
+    spec = importlib.util.spec_from_file_location("bench_packet_relay", os.path.join(ROOT, "bench", "packet_relay.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cost_rows(derp: list[dict], iroh: list[dict], iroh_batch: list[dict]) -> str:
+    out = ["| path | pairs | datagrams/s delivered | dropped | relay CPU per datagram |", "|---|---:|---:|---:|---:|"]
+    for name, rows in (("DERP (Upgrade: DERP, TLS)", derp), ("iroh (WebSocket /relay, TLS)", iroh),
+                       (f"iroh, batches of {BATCH_SEGMENTS} (type 5)", iroh_batch)):
+        for x in rows:
+            us = x.get("us_per_packet") or 1e6 / max(x["pps_per_relay_cpu_second"], 1e-9)
+            out.append(f"| {name} | {x['pairs']} | {x['pps']:,.0f} | {x['drop_pct']:.1f}% | {us:.1f} µs |")
+    return "\n".join(out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--packets", type=int, default=20000)
-    p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--window", type=int, default=256)
+    p.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
+    p.add_argument("--json", help="also write the raw results here")
     args = p.parse_args()
-    rows = asyncio.run(main_async(args))
-    print("| protocol | case | datagrams delivered | datagrams/s | relay CPU per datagram |")
-    print("|---|---|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['proto']} | {r['case']} | {r['delivered']} | {r['pps']:,.0f} | {r['us_per_packet']:.1f} µs |")
+    derp_bench = _derp_bench()
+    if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() > 1:
+        os.sched_setaffinity(0, {1})
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    total = 30_000 if args.quick else 120_000
+    with tempfile.TemporaryDirectory() as tmp:
+        relay, port = derp_bench.start_relay(tmp, 0)
+        try:
+            results = {
+                "derp": [derp_bench.forwarding(port, ctx, n, total, relay.pid) for n in (1, 4)],
+                "iroh": [iroh_forwarding(port, ctx, n, total, relay.pid) for n in (1, 4)],
+                "iroh_batch": [iroh_forwarding(port, ctx, n, total, relay.pid, batch=True) for n in (1, 4)],
+            }
+        finally:
+            relay.terminate()
+            relay.wait(10)
+    print(cost_rows(results["derp"], results["iroh"], results["iroh_batch"]))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
 
 
 if __name__ == "__main__":

@@ -68,10 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("send", parents=[common], help="send text, a file or a directory")
-    s.add_argument("what", nargs="?", help="file or directory to send")
+    s.add_argument("what", nargs="*", help="file or directory to send (several with --dilated)")
     s.add_argument("--text", help="send this text message ('-' reads stdin)")
     s.add_argument("--code", help="use this code instead of allocating one")
     s.add_argument("--code-length", type=int, default=codes.DEFAULT_CODE_LENGTH, help="words in the code")
+    s.add_argument("--dilated", action="store_true",
+                   help="use Dilated File-Transfer: many files over parallel subchannels, resumable")
+    s.add_argument("--parallel", type=int, default=8, help="subchannels used with --dilated")
     r = sub.add_parser("receive", aliases=["recv"], parents=[common], help="receive with a code")
     r.add_argument("code", nargs="?", help="the code (asked interactively, with tab completion, if absent)")
     r.add_argument("--accept-file", action="store_true", help="accept without asking (never overwrites)")
@@ -130,11 +133,18 @@ async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> st
 
 
 async def cmd_send(args: argparse.Namespace) -> int:
-    if (args.what is None) == (args.text is None):
+    if args.dilated and args.what and args.text is None:
+        from .dilation.transfer_cli import cmd_send_dilated
+
+        return await cmd_send_dilated(args)
+    if len(args.what) > 1:
+        _say("burrow send: several files need --dilated (or send their folder)")
+        return EXIT_USAGE
+    if bool(args.what) == (args.text is not None):
         _say("burrow send: give a FILE/DIR or --text (exactly one)")
         return EXIT_USAGE
     text = sys.stdin.read() if args.text == "-" else args.text
-    path = Path(args.what) if args.what else None
+    path = Path(args.what[0]) if args.what else None
     if path is not None and not path.exists():
         _say(f"burrow send: {path} does not exist")
         return EXIT_USAGE
@@ -172,8 +182,11 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_receive(args: argparse.Namespace) -> int:
+    from .dilation.transfer_cli import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender, receive_dilated
+
+    # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
-                 on_welcome=_on_welcome(args.relay_url))
+                 on_welcome=_on_welcome(args.relay_url), **RECEIVER_WORMHOLE_KWARGS)
     await w.open()
     try:
         code = args.code or await _read_code(w)
@@ -181,6 +194,14 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         verifier = await w.get_verifier()
         if args.verify:
             _say(f"Verifier {verifier.hex()}.")
+        if is_dilated_sender(w.peer_versions):
+            async def confirm_dilated(name: str, size: int, is_dir: bool) -> bool:
+                if args.accept_file:
+                    return True
+                kind = "directory" if is_dir else "file"
+                return await _ask_yes(f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
+
+            return await receive_dilated(w, args, confirm_dilated)
         bar = ProgressBar(enabled=not args.hide_progress)
 
         async def confirm(offer: Offer, dest: Path, exists: bool) -> bool:

@@ -33,6 +33,8 @@ class MailboxConfig:
     disallow_list: bool = setting(False, "answer `list` with no nameplates (no code completion)")
     max_message_bytes: int = setting(1 << 20, "largest phase+body of one `add` (0 = no limit)", "bytes")
     max_messages_per_mailbox: int = setting(1000, "messages one mailbox may hold (0 = no limit)")
+    max_mailbox_bytes: int = setting(8 << 20, "message bytes one mailbox may hold (0 = no limit)", "bytes")
+    max_stored_bytes: int = setting(1 << 30, "message bytes the whole server holds (0 = no limit)", "bytes")
     max_mailboxes_per_connection: int = setting(4, "distinct mailboxes one connection may claim/open/close")
     max_mailboxes: int = setting(100_000, "mailboxes the whole server holds before refusing new ones")
     max_connections: int = setting(20_000, "open WebSocket connections in total (0 = no limit)")
@@ -52,6 +54,7 @@ class MailboxConfig:
     def limits(self) -> Limits:
         return Limits(max_message_bytes=self.max_message_bytes,
                       max_messages_per_mailbox=self.max_messages_per_mailbox,
+                      max_mailbox_bytes=self.max_mailbox_bytes, max_stored_bytes=self.max_stored_bytes,
                       max_mailboxes_per_connection=self.max_mailboxes_per_connection,
                       max_mailboxes=self.max_mailboxes,
                       messages_per_second=self.messages_per_second,

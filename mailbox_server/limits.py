@@ -9,6 +9,8 @@ from dataclasses import dataclass
 class Limits:
     max_message_bytes: int = 1 << 20  # phase + body of one `add`
     max_messages_per_mailbox: int = 1000
+    max_mailbox_bytes: int = 8 << 20  # message bodies one mailbox may hold
+    max_stored_bytes: int = 1 << 30  # message bodies the whole server holds
     max_mailboxes_per_connection: int = 4  # claim + open + close of one flow touch 1
     max_mailboxes: int = 100_000  # whole server; beyond it new channels get "server is full"
     messages_per_second: float = 100.0  # per connection, token bucket

@@ -30,6 +30,7 @@ class _CoreCollector(Collector):
         yield GaugeMetricFamily(P + "mailboxes", "mailboxes stored (open channels)", value=core.mailbox_count)
         yield GaugeMetricFamily(P + "nameplates", "nameplates claimed", value=core.nameplate_count)
         yield CounterMetricFamily(P + "messages_total", "messages added", value=core.messages_total)
+        yield GaugeMetricFamily(P + "stored_bytes", "message body bytes held", value=core.stored_bytes)
         moods = CounterMetricFamily(P + "sessions_total", "finished mailboxes by mood (usage result)",
                                     labels=["mood"])
         np_moods = CounterMetricFamily(P + "nameplate_sessions_total", "finished nameplates by mood",

@@ -51,6 +51,7 @@ class MailboxCore:
         self.sessions: set[Session] = set()
         self.mailbox_count = 0
         self.nameplate_count = 0
+        self.stored_bytes = 0  # message bodies held in memory (and on disk)
         # counters read by the metrics collector
         self.messages_total = 0
         self.errors: Counter[str] = Counter()
@@ -218,9 +219,17 @@ class MailboxCore:
         if 0 < self.limits.max_messages_per_mailbox <= len(mb.messages):
             self.refusals["messages_per_mailbox"] += 1
             raise m.ProtocolError(m.MAILBOX_FULL)
+        size = len(a.body) + len(a.phase)
+        if 0 < self.limits.max_mailbox_bytes < mb.body_bytes + size:
+            self.refusals["mailbox_bytes"] += 1
+            raise m.ProtocolError(m.MAILBOX_FULL)
+        if 0 < self.limits.max_stored_bytes < self.stored_bytes + size:
+            self.refusals["stored_bytes"] += 1
+            raise m.ProtocolError(m.SERVER_FULL)
         sm = StoredMessage(s.side, a.phase, a.body, now, a.msg_id)
         mb.messages.append(sm)
         mb.body_bytes += len(a.body)
+        self.stored_bytes += len(a.body)
         mb.updated = now
         self._dirty_mb.add((s.app.app_id, mb.id))
         self.messages_total += 1
@@ -328,6 +337,7 @@ class MailboxCore:
             self._delete_nameplate(app, np, now, pruned, out)
         del app.mailboxes[mb.id]
         self.mailbox_count -= 1
+        self.stored_bytes -= mb.body_bytes
         key = (app.app_id, mb.id)
         self._dirty_mb.add(key)
         self._purged.add(key)
@@ -343,6 +353,7 @@ class MailboxCore:
         """Delete channels idle for `expiry` seconds; subscribed mailboxes count as active."""
         out: list[Output] = []
         old = now - expiry
+        bound = {s.app.app_id for s in self.sessions if s.app is not None}
         for app in list(self.apps.values()):
             for mb in list(app.mailboxes.values()):
                 if mb.listeners:
@@ -353,7 +364,7 @@ class MailboxCore:
             for np in list(app.nameplates.values()):
                 if np.mailbox_id not in app.mailboxes:  # orphan (only from an old database)
                     self._delete_nameplate(app, np, now, True, out)
-            if not app.mailboxes and not app.nameplates and not any(s.app is app for s in self.sessions):
+            if not app.mailboxes and not app.nameplates and app.app_id not in bound:
                 del self.apps[app.app_id]
         return out
 
@@ -394,6 +405,7 @@ class MailboxCore:
         self.apps = apps
         self.mailbox_count = sum(len(a.mailboxes) for a in apps.values())
         self.nameplate_count = sum(len(a.nameplates) for a in apps.values())
+        self.stored_bytes = sum(mb.body_bytes for a in apps.values() for mb in a.mailboxes.values())
 
 
 __all__ = ["Drop", "MailboxCore", "Output", "Send", "Session", "Usage"]

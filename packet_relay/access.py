@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from pathlib import Path
@@ -100,7 +99,7 @@ class AccessControl:
                     return False
                 raw = await resp.content.read(MAX_CALLOUT_BODY)
             answer = json.loads(raw)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as exc:
             log.warning("access callout failed, denying: %s", exc)
             return False
         if not isinstance(answer, dict):

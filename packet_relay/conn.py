@@ -16,7 +16,6 @@ import time
 from .http_routes import handle_request
 from .protocol import frames as f
 from .protocol.connection import ClientHello, ServerConnection, Throttled
-from .protocol.handshake import ServerInfoJSON
 from .protocol.http import HttpError, RequestReader, response
 from .protocol.websocket import WebSocketStream
 from .queues import SendQueue
@@ -25,7 +24,7 @@ from .tlsio import TLSError, TLSSession
 log = logging.getLogger(__name__)
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
-KEEPALIVE_JITTER = 5.0
+KEEPALIVE_JITTER = 5.0  # seconds at most (derper: 60 s + rand(5 s)); a tenth of shorter intervals
 _RECV_HDR = f.RECV_PACKET
 
 
@@ -166,20 +165,31 @@ class RelayConn(asyncio.Protocol):
         if not events:
             return
         registry = self.server.registry
+        route = registry.route
         send_packet = f.SendPacket
         now = 0.0
+        packets = nbytes = fwd_packets = fwd_bytes = 0
         for ev in events:
             if type(ev) is send_packet:
-                self.packets_in += 1
-                self.bytes_in += len(ev.payload)
+                n = len(ev.payload)
+                packets += 1
+                nbytes += n
                 if not now:
                     now = time.monotonic()
                     registry.note_activity(self)
-                registry.route(self, ev.dst, ev.payload, now)
+                if route(self, ev.dst, ev.payload, now):
+                    fwd_packets += 1
+                    fwd_bytes += n
             else:
                 self._event(ev)
                 if self.phase == "closed":
-                    return
+                    break
+        if packets:
+            self.packets_in += packets
+            self.bytes_in += nbytes
+            stats = self.server.stats
+            stats.packets[self.protocol] += fwd_packets
+            stats.bytes[self.protocol] += fwd_bytes
 
     def _event(self, ev) -> None:
         t = type(ev)
@@ -209,6 +219,8 @@ class RelayConn(asyncio.Protocol):
                 self.server.stats.drop(self.protocol, "unknown_dest_on_fwd")
             else:
                 receiver.deliver(ev.src, ev.payload)
+                self.server.stats.packets[self.protocol] += 1
+                self.server.stats.bytes[self.protocol] += len(ev.payload)
 
     async def _verify(self, hello: ClientHello) -> None:
         server = self.server
@@ -256,7 +268,8 @@ class RelayConn(asyncio.Protocol):
     def _arm_keepalive(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        delay = self.server.config.keepalive_interval + random.uniform(0, KEEPALIVE_JITTER)
+        interval = self.server.config.keepalive_interval
+        delay = interval + random.uniform(0, min(KEEPALIVE_JITTER, interval / 10))
         self.timer = self.server.loop.call_later(delay, self._keepalive)
 
     def _keepalive(self) -> None:
@@ -342,6 +355,8 @@ class RelayConn(asyncio.Protocol):
             self._drop("gone_disconnected", lost)
         if self.machine is not None:
             self.machine.close()
+            if self.machine.unknown_frames:
+                self.server.stats.unknown_frames[self.protocol] += self.machine.unknown_frames
         server = self.server
         if self.registered:
             self.registered = False

@@ -161,8 +161,9 @@ class RelayServer:
                 c.transport.get_write_buffer_size() for c in live if not c.transport.is_closing()):
             await asyncio.sleep(0.02)
         for c in list(self.conns):
-            stuck = c.transport is not None and c.transport.get_write_buffer_size() > 0
-            c.close("shutdown", abort=stuck)  # a client that stopped reading must not hold us up
+            if c.transport is not None and c.transport.get_write_buffer_size() > 0:
+                c.transport.abort()  # a client that stopped reading must not hold us up
+            c.close("shutdown")
         for srv in self._servers:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(srv.wait_closed(), self.config.shutdown_grace + 1.0)

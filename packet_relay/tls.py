@@ -30,7 +30,7 @@ def generate_self_signed(tls_dir: str, names: tuple[str, ...] = DEV_NAMES) -> tu
             sans.append(x509.IPAddress(ipaddress.ip_address(n)))
         except ValueError:
             sans.append(x509.DNSName(n))
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
     cert = (
         x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
@@ -54,4 +54,6 @@ def server_context(cert: str, key: str) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert, key)
     ctx.set_alpn_protocols(["http/1.1"])
+    # No TLS 1.3 session tickets: DERP clients do not resume, and each ticket costs memory and CPU.
+    ctx.num_tickets = 0
     return ctx

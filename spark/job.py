@@ -10,7 +10,9 @@ Layout of --out:
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import os
 import time
 from dataclasses import dataclass, field
@@ -59,6 +61,8 @@ ORDER = {"load_minute": ["service", "minute"], "load_hour": ["service", "hour"],
          "session_distributions": ["service", "kind", "app_id", "metric", "bucket"],
          "session_daily": ["service", "kind", "app_id", "day"], "capacity_plan": ["service", "resource"],
          "capacity_by_service": ["service"], "capacity_forecast": ["service", "resource", "day"]}
+# Tables that can grow with the input (a row per minute): Spark writes their CSV; the rest are collected.
+SPARK_CSV = {"load_minute"}
 # Tables the HTML report draws from (all small: hours, days, groups).
 REPORT_TABLES = {"load_hour": "load_hour", "session_outcomes": "outcomes", "session_summary": "summary",
                  "session_distributions": "distributions", "capacity_plan": "plan",
@@ -81,10 +85,14 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
         df = df.coalesce(1).sortWithinPartitions(*ORDER[name])
         path = f"{out}/tables/{name}"
         df.write.mode("overwrite").parquet(path)
-        df.coalesce(1).write.mode("overwrite").option("header", True).csv(path + ".csv.parts")
-        fs.single_file(spark, path + ".csv.parts", ".csv", path + ".csv")
-        if name in REPORT_TABLES:
-            collected[REPORT_TABLES[name]] = [r.asDict() for r in df.collect()]
+        if name in SPARK_CSV:
+            df.write.mode("overwrite").option("header", True).csv(path + ".csv.parts")
+            fs.single_file(spark, path + ".csv.parts", ".csv", path + ".csv")
+        else:  # small: one collect serves the CSV and the report
+            rows = [r.asDict() for r in df.collect()]
+            fs.write_text(spark, path + ".csv", to_csv(df.columns, rows))
+            if name in REPORT_TABLES:
+                collected[REPORT_TABLES[name]] = rows
         res.tables[name] = path
         res.seconds[name] = time.monotonic() - t
     span_row = tables["daily_peaks"].agg(F.min("day"), F.max("day")).first()
@@ -106,6 +114,16 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
         df.unpersist()
     res.seconds["total"] = time.monotonic() - t0
     return res
+
+
+def to_csv(columns: list[str], rows: list[dict]) -> str:
+    """CSV as Spark writes it: ISO times in UTC, empty for null."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if r[c] is None else r[c].isoformat() if isinstance(r[c], dt.date) else r[c] for c in columns])
+    return buf.getvalue()
 
 
 def _manifest_days(spark: SparkSession, out: str) -> dict[str, int]:

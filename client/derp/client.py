@@ -194,7 +194,7 @@ class DerpClient:
             if link is not None:
                 try:
                     await self._pump(link)
-                except (ConnectionError, OSError, asyncio.TimeoutError, f.ProtocolError) as exc:
+                except (TimeoutError, ConnectionError, OSError, f.ProtocolError) as exc:
                     log.info("relay connection lost: %s", exc)
                 link.close()
                 self._link = None
@@ -214,7 +214,7 @@ class DerpClient:
             try:
                 await self.connect()
                 backoff = 0.5
-            except (ConnectionError, OSError, asyncio.TimeoutError, f.ProtocolError, DerpClientError) as exc:
+            except (TimeoutError, ConnectionError, OSError, f.ProtocolError, DerpClientError) as exc:
                 log.info("reconnect failed: %s", exc)
 
     async def _pump(self, link: _Link) -> None:
@@ -223,7 +223,7 @@ class DerpClient:
             wait = self.ping_interval if self.ping_interval > 0 else self.read_timeout
             try:
                 events = await self._read_events(link, min(wait, self.read_timeout))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if time.monotonic() - last_rx >= self.read_timeout:
                     raise
                 link.write(f.Ping(os.urandom(8)).encode())  # keep NATs and proxies awake

@@ -288,6 +288,8 @@ class IrohConn(asyncio.Protocol):
         """Queue a datagram frame from `src`; the body (ECN [+ segment size] + data) is copied as is."""
         head = _DELIVER_TYPE[kind]
         frame = b"".join((binary_header(1 + f.KEY_LEN + len(body)), head, src, body))
+        if not self.paused and self.queue.full():
+            self.flush()  # the socket is keeping up: a big read batch must not overflow the queue
         if self.queue.push_packet(frame, payload):
             self._drop("queue_head")
         if not self.flush_pending:
@@ -362,7 +364,8 @@ class IrohConn(asyncio.Protocol):
         log.debug("iroh protocol error from client: %s", detail)
         self.close("protocol")
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, abort: bool = False) -> None:
+        """End the connection; `abort` drops unsent bytes (a client that stopped reading)."""
         if self.phase == "closed":
             return
         self.phase = "closed"
@@ -382,7 +385,9 @@ class IrohConn(asyncio.Protocol):
         if self.admitted_cap:
             self.admitted_cap = False
             server.caps.release(self.peer_ip)
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and abort:
+            self.transport.abort()
+        elif self.transport is not None and not self.transport.is_closing():
             if not self.ws.closed:
                 self.write_raw(self.ws.close_frame(1001 if reason == "shutdown" else 1000))
             if self.tls is not None:

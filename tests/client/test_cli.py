@@ -83,3 +83,26 @@ def test_cli_usage_errors(tmp_path):
     p = _burrow("send", "--relay-url", "ws://127.0.0.1:1/v1", "--text", "x")
     _, err = p.communicate(timeout=30)
     assert p.returncode == 4 and "ERROR" in err
+
+
+def test_cli_send_dilated_many_files(wormhole_servers, tmp_path):
+    """`burrow send --dilated A B` to a plain `burrow receive`: the receiver recognises the dilated offer."""
+    import hashlib
+    import os
+
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {"a.bin": os.urandom(300_000), "b.txt": b"hello dilation\n"}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    out = tmp_path / "out"
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
+              "--hide-progress"]
+    s = _burrow("send", *common, "--dilated", str(src / "a.bin"), str(src / "b.txt"),
+                "--code", "4323-purple-sausages")
+    r = _burrow("receive", *common, "--accept-file", "-o", str(out), "4323-purple-sausages")
+    rout, rerr = r.communicate(timeout=90)
+    sout, serr = s.communicate(timeout=90)
+    assert r.returncode == 0 and s.returncode == 0, (rerr, serr)
+    for name, data in files.items():
+        assert hashlib.sha256((out / name).read_bytes()).digest() == hashlib.sha256(data).digest()

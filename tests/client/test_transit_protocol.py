@@ -154,3 +154,37 @@ def test_parse_helper(text, host, port, prio):
 def test_parse_helper_rejects(bad):
     with pytest.raises(ValueError):
         P.parse_helper(bad)
+
+
+async def test_pipe_protocol_reassembles_frames_from_any_chunking():
+    from client.transit.pipe import _PipeProtocol
+
+    enc_key, _ = P.record_keys(TK, "sender")
+    e = P.RecordEncoder(enc_key)
+    frames = [bytes(e.encode(bytes([i]) * (i * 1000 + 1))) for i in range(5)]
+    stream = b"".join(frames)
+    for chunk in (1, 7, 4096, len(stream)):
+        proto = _PipeProtocol(P.MAX_RECORD)
+        proto.feed(stream[:3])  # leftover from the negotiation reader
+        pos = 3
+        while pos < len(stream):
+            buf = proto.get_buffer(-1)
+            n = min(len(buf), chunk, len(stream) - pos)
+            buf[:n] = stream[pos:pos + n]
+            proto.buffer_updated(n)
+            pos += n
+        d = P.RecordDecoder(enc_key)
+        got = [bytes(d.decrypt(await proto.next_frame())) for _ in frames]
+        assert got == [bytes([i]) * (i * 1000 + 1) for i in range(5)]
+        proto.eof_received()
+        with pytest.raises(P.TransitError):
+            await proto.next_frame()
+
+
+async def test_pipe_protocol_rejects_bad_length():
+    from client.transit.pipe import _PipeProtocol
+
+    proto = _PipeProtocol(1000)
+    proto.feed((5000).to_bytes(4, "big"))
+    with pytest.raises(P.TransitError):
+        await proto.next_frame()

@@ -318,3 +318,17 @@ def test_apps_are_isolated():
     h.send(a, type="open", mailbox="shared")
     h.send(b, type="open", mailbox="shared")
     assert list(h.send(a, type="add", phase="x", body="00")) == ["a"]
+
+
+def test_byte_limits_per_mailbox_and_server():
+    h = Harness(limits=Limits(max_mailbox_bytes=10, max_stored_bytes=15, messages_per_second=0))
+    a, b = h.bound("a"), h.bound("b")
+    h.send(a, type="open", mailbox="m1")
+    h.send(a, type="add", phase="p", body="0" * 8)  # 9 bytes counted (phase + body)
+    assert h.send(a, type="add", phase="p", body="00")["a"][1]["error"] == "mailbox is full"
+    h.send(b, type="open", mailbox="m2")
+    assert h.send(b, type="add", phase="p", body="0" * 8)["b"][1]["error"] == "server is full, try again later"
+    h.send(a, type="close")  # frees m1's 8 stored body bytes
+    assert h.core.stored_bytes == 0
+    assert h.send(b, type="add", phase="p", body="0" * 8)["b"][1]["type"] == "message"
+    assert h.core.refusals == {"mailbox_bytes": 1, "stored_bytes": 1}

@@ -36,11 +36,16 @@ async def test_probe_fails_on_untrusted_certificate_and_dead_stun(tmp_path):
         assert "ok   packets" in out.getvalue() and "FAIL stun" in out.getvalue()
 
 
-async def test_main_runs_with_make_run_arguments_and_stops_on_sigterm(tmp_path):
+async def test_main_runs_with_make_run_arguments_sighup_reloads_and_sigterm_stops(tmp_path):
+    from packet_relay.protocol.handshake import generate_private_key, public_key
+
     log = tmp_path / "logs" / "relay.jsonl"
+    keep, drop = generate_private_key(), generate_private_key()
+    allow = tmp_path / "allow.txt"
+    allow.write_text(f"{public_key(keep).hex()}\n{public_key(drop).hex()}\n")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "packet_relay", "--dev-tls", "--tls-dir", str(tmp_path / "tls"),
-        "--key-file", str(tmp_path / "relay.key"), "--event-log", str(log),
+        "--key-file", str(tmp_path / "relay.key"), "--event-log", str(log), "--allow-list", str(allow),
         "--host", "127.0.0.1", "--https-port", "0", "--stun-port", "0", "--admin-port", "0",
         stderr=asyncio.subprocess.PIPE, cwd=os.getcwd())
     try:
@@ -51,9 +56,15 @@ async def test_main_runs_with_make_run_arguments_and_stops_on_sigterm(tmp_path):
         port = int(re.search(rb"https (\d+)", line).group(1))
         from client.derp import DerpClient
 
-        c = DerpClient(f"https://127.0.0.1:{port}", ca_file=str(tmp_path / "tls" / "relay.crt"), reconnect=False)
+        opts = dict(ca_file=str(tmp_path / "tls" / "relay.crt"), reconnect=False)
+        c = DerpClient(f"https://127.0.0.1:{port}", keep, **opts)
+        gone = DerpClient(f"https://127.0.0.1:{port}", drop, **opts)
         await c.start()
-        proc.send_signal(signal.SIGHUP)  # reload with no allow-list: harmless
+        await gone.start()
+        allow.write_text(public_key(keep).hex() + "\n")
+        proc.send_signal(signal.SIGHUP)  # reload: the key that left the list is disconnected
+        await asyncio.wait_for(gone._task, TIMEOUT)
+        await gone.close()
         await c.ping(TIMEOUT)
         proc.send_signal(signal.SIGTERM)
         notice = await asyncio.wait_for(c.notices.get(), TIMEOUT)
@@ -66,5 +77,5 @@ async def test_main_runs_with_make_run_arguments_and_stops_on_sigterm(tmp_path):
             await proc.wait()
     assert (os.stat(tmp_path / "relay.key").st_mode & 0o777) == 0o600
     lines = [json.loads(x) for x in log.read_text().splitlines()]
-    assert [x["close_reason"] for x in lines if x["event"] == "connection"] == ["shutdown"]
+    assert [x["close_reason"] for x in lines if x["event"] == "connection"] == ["denied", "shutdown"]
     assert lines[-1]["event"] == "stats"

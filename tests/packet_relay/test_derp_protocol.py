@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from common.limits import TokenBucket
 from packet_relay.protocol import frames as f
-from packet_relay.protocol.connection import ClientConnection, ClientHello, Connected, ServerConnection, Throttled
+from packet_relay.protocol.connection import (
+    ClientConnection,
+    ClientHello,
+    Connected,
+    ServerConnection,
+    Throttled,
+)
 from packet_relay.protocol.handshake import (
     ClientInfoJSON,
     ServerInfoJSON,

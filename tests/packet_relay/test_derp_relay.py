@@ -254,6 +254,7 @@ async def test_misbehaving_clients_get_closed_and_counted(tmp_path):
         raw.writer.write(f.header(f.SEND_PACKET, 32 + 1001) + bytes(32 + 1001))
         await raw.frames_until_eof()
         assert server.stats.errors[("derp", "frame_too_large")] == 1
+        assert server.stats.unknown_frames["derp"] == 1
         # a client that never sends ClientInfo hits the handshake deadline
         silent = await RawClient.open(server, handshake=False)
         await silent.frames_until_eof()
@@ -300,3 +301,13 @@ async def test_stats_event_and_metrics(tmp_path):
     stats = events(server, "stats")
     assert sum(x["packets_interval"] for x in stats) == 10
     assert max(x["clients"] for x in stats) == 2
+
+
+async def test_keepalive_frames_arrive_on_an_idle_connection(tmp_path):
+    async with running_relay(tmp_path, keepalive_interval=0.2) as server:
+        raw = await RawClient.open(server)
+        seen = []
+        while len(seen) < 2:
+            seen += [e for e in raw.machine.receive_data(await asyncio.wait_for(raw.reader.read(65536), TIMEOUT))
+                     if isinstance(e, f.KeepAlive)]
+        raw.close()

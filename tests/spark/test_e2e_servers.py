@@ -1,7 +1,8 @@
 """End to end: our real servers serve real clients; their event logs go through burrow-report and the
 tables show exactly the sessions, moods and bytes the test produced.
 
-Mailbox: magic-wormhole's own CLI (`wormhole send --text` / `wormhole receive`) through our mailbox.
+Mailbox: magic-wormhole's own CLI (`wormhole send --text` / `wormhole receive`) through our mailbox,
+and one text from our client (`burrow send --text`) to magic-wormhole.
 Transit: raw `please relay` TCP pairs with known byte counts, and one partner that never comes.
 """
 
@@ -27,8 +28,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.interop]
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 WORMHOLE = VENV_BIN / "wormhole"
+BURROW = VENV_BIN / "burrow"
 PAIRS = [(100_000, 2_000), (1_234_567, 0), (17, 65_536)]  # (bytes from first, bytes from second)
-TEXT_TRANSFERS = 2
+TEXT_TRANSFERS = 3  # the last one is sent by our client
 
 
 def _start(args: list[str], pattern: str, log: Path) -> tuple[subprocess.Popen, re.Match]:
@@ -98,7 +100,9 @@ def _lonely(port: int) -> None:
 def _text_transfer(mailbox_url: str, transit: str, n: int) -> None:
     code = f"{40 + n}-burrow-report"
     common = [str(WORMHOLE), "--relay-url", mailbox_url, "--transit-helper", transit]
-    sender = subprocess.Popen([*common, "send", "--text", f"hello number {n}", "--code", code],
+    send = ([*common, "send"] if n < TEXT_TRANSFERS - 1 else
+            [str(BURROW), "send", "--relay-url", mailbox_url, "--transit-helper", transit])
+    sender = subprocess.Popen([*send, "--text", f"hello number {n}", "--code", code],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(1.0)
     recv = subprocess.run([*common, "receive", "--only-text", code], capture_output=True, text=True, timeout=120)
