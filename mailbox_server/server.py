@@ -46,7 +46,8 @@ class MailboxServer:
         self.conns: dict[Session, WSConnection] = {}
         self.port: int | None = None
         self.admin_port: int | None = None
-        self.ready = False
+        self.ready = False  # listener bound and state loaded, not shutting down
+        self.store_ok = True  # the last commit succeeded
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._outbox: list[Output] = []
         self._wake = asyncio.Event()
@@ -70,7 +71,8 @@ class MailboxServer:
         self._server = await self._listen()
         self.port = self._server.sockets[0].getsockname()[1]
         if self.config.admin_port >= 0:
-            self._admin = AdminServer(self.metrics.registry, ready=lambda: self.ready, service="mailbox")
+            self._admin = AdminServer(self.metrics.registry, ready=lambda: self.ready and self.store_ok,
+                                      service="mailbox")
             self.admin_port = await self._admin.start(self.config.admin_host, self.config.admin_port)
         self._tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._every(
             self.config.prune_interval, self._prune)), asyncio.create_task(self._every(
@@ -199,9 +201,10 @@ class MailboxServer:
             t0 = time.perf_counter()
             try:
                 await self.loop.run_in_executor(self._executor, self.store.apply, changes)
+                self.store_ok = True
             except Exception:  # keep serving from memory; /readyz and the metric tell the operator
                 self.store_errors += 1
-                self.ready = False
+                self.store_ok = False
                 log.exception("database commit failed")
             self.metrics.commit_seconds.observe(time.perf_counter() - t0)
         if out:

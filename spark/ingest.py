@@ -99,7 +99,8 @@ def read_raw(spark: SparkSession, uris: list[str]) -> DataFrame:
 
 
 def classify(raw: DataFrame) -> DataFrame:
-    """Parsed lines -> the LINE_SCHEMA columns + _file, _line, _id, day and _reason.
+    """Parsed lines -> the LINE_SCHEMA columns + _file, _corrupt (the text of a line that did not
+    parse), _id, day and _reason.
 
     `_reason` is null for a valid event, else `malformed` (not a JSON object, or a field of the wrong
     kind), `unknown_version`, `unknown_event` or `missing_field`. `_id` hashes every scalar field.
