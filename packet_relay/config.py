@@ -51,4 +51,11 @@ class RelayConfig:
     restart_reconnect_ms: int = setting(1000, "Restarting frame: ask clients to reconnect after", "ms")
     restart_try_for_ms: int = setting(60000, "Restarting frame: and to keep trying for", "ms")
     shutdown_grace: float = setting(1.0, "seconds to let Restarting frames drain before closing", "s")
+    iroh: bool = setting(True, "serve iroh endpoints too: /relay (iroh-relay-v2/v1 WebSocket) and /ping")
+    iroh_tokens_file: str | None = setting(None, "file of bearer tokens (one per line), one of which iroh "
+                                           "endpoints must present; re-read on SIGHUP (none = no token)")
+    iroh_ping_interval: float = setting(15.0, "Ping iroh endpoints this often (plus 1-5 s jitter)", "s")
+    iroh_pong_timeout: float = setting(5.0, "close an iroh endpoint that leaves a Ping unanswered this long",
+                                       "s")
+    iroh_tls_auth: bool = setting(True, "accept iroh's TLS-exporter header login over HTTPS")
     verbose: bool = setting(False, "debug logging")

@@ -4,7 +4,8 @@
                                Upgrade: websocket + subprotocol derp -> WebSocket 101, DERP inside;
                                Upgrade: websocket without it -> raw DERP framing, as derper does
 /derp/probe, /derp/latency-check  GET/HEAD -> 200 empty, CORS *
-/generate_204                  204; echoes X-Tailscale-Challenge as X-Tailscale-Response
+/generate_204                  204; echoes X-Tailscale-Challenge as X-Tailscale-Response (and iroh's
+                               X-Iroh-Challenge as X-Iroh-Response)
 /                              small status page;  /robots.txt  disallow all
 `server.extra_routes[path](conn, request, rest)` lets another protocol (iroh) claim a path.
 """
@@ -40,6 +41,9 @@ def handle_request(conn, req: Request, rest: bytes) -> None:
         challenge = req.header("x-tailscale-challenge")
         if challenge and CHALLENGE_RE.match(challenge):
             headers["X-Tailscale-Response"] = "response " + challenge
+        challenge = req.header("x-iroh-challenge")
+        if challenge and CHALLENGE_RE.match(challenge):
+            headers["X-Iroh-Response"] = "response " + challenge
         return _reply(conn, response(204, headers))
     if path == "/derp":
         return _derp(conn, req, rest)
@@ -94,5 +98,6 @@ def status_page(server) -> bytes:
     ]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return (f"<!doctype html><html><head><title>burrow relay</title></head><body>"
-            f"<h1>burrow packet relay</h1><p>DERP v2 at <code>/derp</code>.</p>"
+            f"<h1>burrow packet relay</h1><p>DERP v2 at <code>/derp</code>"
+            f"{'; iroh relay (v2, v1) at <code>/relay</code>' if '/relay' in server.extra_routes else ''}.</p>"
             f"<table>{body}</table></body></html>\n").encode()

@@ -62,7 +62,7 @@ class Registry:
         self.stats.clients[peer.protocol] += 1
         if len(conns) > self.max_dups_per_key:
             conns[0].close("duplicate")  # its unregister() runs from close()
-        if len(conns) == 1:
+        if len(conns) == 1 and peer.protocol == "derp":  # mesh watchers track DERP keys only
             for w in self.watchers:
                 w.peer_present(peer.key, PRESENT_IS_REGULAR)
 
@@ -84,7 +84,7 @@ class Registry:
             receiver = self._active.get(dst)
             if receiver is not None:
                 receiver.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
-        for w in self.watchers:
+        for w in self.watchers if peer.protocol == "derp" else ():
             w.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
 
     def note_activity(self, peer) -> None:
@@ -122,7 +122,7 @@ class Registry:
         """Mesh peers watch: every current key now, then each arrival and departure."""
         self.watchers.add(peer)
         for key in self._active:
-            if key != peer.key:
+            if key != peer.key and type(key) is bytes:  # not the ("iroh", id) keys of iroh endpoints
                 peer.peer_present(key, PRESENT_IS_REGULAR)
 
     def close_key(self, key: bytes, reason: str) -> int:

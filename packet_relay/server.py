@@ -21,6 +21,7 @@ from . import keys
 from .access import AccessControl
 from .config import RelayConfig
 from .conn import RelayConn
+from .iroh.service import IrohService, IrohSettings
 from .protocol import frames as f
 from .protocol.handshake import ServerInfoJSON, public_key
 from .registry import Registry
@@ -60,6 +61,7 @@ class RelayServer:
         self._stun = None
         self._admin: AdminServer | None = None
         self.prometheus = make_registry(self.stats)
+        self.iroh = IrohService(self, IrohSettings.from_config(config))  # claims /relay and /ping
 
     @staticmethod
     def _load_mesh_key(path: str | None) -> bytes | None:
@@ -143,9 +145,11 @@ class RelayServer:
         """SIGHUP: re-read the allow-list and close clients it no longer admits."""
         if self.access.reload() and self.access.allowed is not None:
             for peer in self.registry.peers():
-                if not getattr(peer, "mesh", False) and not self.access.listed(peer.key):
+                key = getattr(peer, "endpoint_id", peer.key)  # iroh peers register as ("iroh", id)
+                if not getattr(peer, "mesh", False) and not self.access.listed(key):
                     self.stats.denied[(peer.protocol, "allow_list")] += 1
                     peer.close("denied")
+        self.iroh.reload()
 
     async def stop(self) -> None:
         self.ready = False
@@ -156,6 +160,7 @@ class RelayServer:
         for c in live:
             c.control(restarting)
             c.flush()
+        live += self.iroh.restarting(self.config.restart_reconnect_ms, self.config.restart_try_for_ms)
         deadline = time.monotonic() + self.config.shutdown_grace
         while time.monotonic() < deadline and any(
                 c.transport.get_write_buffer_size() for c in live if not c.transport.is_closing()):
@@ -174,6 +179,7 @@ class RelayServer:
         if self._admin is not None:
             await self._admin.stop()
         await self.access.close()
+        await self.iroh.close()
         self._emit_stats()
         self.events.close()
 

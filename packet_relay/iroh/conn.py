@@ -41,7 +41,8 @@ class IrohConn(asyncio.Protocol):
     mesh = False
 
     def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None,
-                 header_auth: f.KeyMaterialClientAuth | None = None, key_material: bytes | None = None) -> None:
+                 header_auth: f.KeyMaterialClientAuth | None = None,
+                 key_material: bytes | None = None) -> None:
         self.service = service
         self.server = service.server
         self.transport = transport
@@ -266,7 +267,8 @@ class IrohConn(asyncio.Protocol):
     # ---- write flow control
     def pause_writing(self) -> None:
         self.paused = True
-        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close, "timeout")
+        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close,
+                                                       "timeout")
 
     def resume_writing(self) -> None:
         self.paused = False

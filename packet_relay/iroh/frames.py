@@ -263,7 +263,8 @@ def decode(message: bytes) -> Frame:
     body = bytes(message[pos:])
     if kind in (CLIENT_TO_RELAY_DATAGRAM, RELAY_TO_CLIENT_DATAGRAM,
                 CLIENT_TO_RELAY_DATAGRAM_BATCH, RELAY_TO_CLIENT_DATAGRAM_BATCH):
-        header = KEY_LEN + (3 if kind in (CLIENT_TO_RELAY_DATAGRAM_BATCH, RELAY_TO_CLIENT_DATAGRAM_BATCH) else 1)
+        batch = kind in (CLIENT_TO_RELAY_DATAGRAM_BATCH, RELAY_TO_CLIENT_DATAGRAM_BATCH)
+        header = KEY_LEN + (3 if batch else 1)
         if len(body) < header:
             raise IrohProtocolError("datagram frame too short")
         if len(body) - KEY_LEN > MAX_PACKET_SIZE + 3:

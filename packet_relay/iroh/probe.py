@@ -46,7 +46,8 @@ async def probe_iroh(url: str, say: Callable[[bool, str, str], None], *, ca_file
     try:
         t0 = time.monotonic()
         status = await asyncio.wait_for(asyncio.to_thread(_ping, url, ctx, timeout), timeout + 1)
-        step(200 <= status < 300, "iroh-http", f"GET /ping -> {status} in {(time.monotonic() - t0) * 1000:.1f} ms")
+        ms = (time.monotonic() - t0) * 1000
+        step(200 <= status < 300, "iroh-http", f"GET /ping -> {status} in {ms:.1f} ms")
     except Exception as exc:  # noqa: BLE001 - any failure is a probe failure
         step(False, "iroh-http", f"{type(exc).__name__}: {exc}")
     a = IrohRelayClient(url, token=token, ssl_context=ctx)

@@ -60,7 +60,8 @@ def _ssl_pointer(obj: ssl.SSLObject) -> int | None:
     return ptr
 
 
-def export_keying_material(obj: ssl.SSLObject, label: bytes, context: bytes | None, length: int) -> bytes | None:
+def export_keying_material(obj: ssl.SSLObject, label: bytes, context: bytes | None,
+                           length: int) -> bytes | None:
     """The exporter value of this TLS session, or None when it cannot be computed."""
     ptr = _ssl_pointer(obj)
     if ptr is None:

@@ -52,7 +52,7 @@ class Relay:
     def __init__(self, tmp: Path, name: str, *extra: str) -> None:
         self.port, self.admin = _free_port(), _free_port()
         self.log = tmp / f"{name}.jsonl"
-        cmd = [sys.executable, *os.environ.get("DEV_RELAY", "-m packet_relay").split(), "--host", "127.0.0.1", "--http-port", str(self.port),
+        cmd = [sys.executable, "-m", "packet_relay", "--host", "127.0.0.1", "--http-port", str(self.port),
                "--https-port", "-1", "--stun-port", "0", "--admin-port", str(self.admin),
                "--event-log", str(self.log), "--key-file", str(tmp / f"{name}.key"), *extra]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,

@@ -22,7 +22,7 @@ __all__ = ["TIMEOUT", "iroh_relay", "http_url", "https_url", "client", "metric",
 @contextlib.asynccontextmanager
 async def iroh_relay(tmp_path, settings: IrohSettings | None = None, **overrides):
     async with running_relay(tmp_path, _http=True, **overrides) as server:
-        if settings is not None or not hasattr(server, "iroh"):  # TRANSITIONAL until wired
+        if settings is not None:
             server.iroh = IrohService(server, settings)  # re-claims /relay and /ping with these settings
         yield server
 
