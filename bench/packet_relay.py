@@ -8,6 +8,8 @@ load generator on the other core. Every phase is bounded (packet counts and a fe
                of payload delivered, and drops
   latency      one pair echoing single packets: relay round trip / 2 (p50, p99), idle and while
                4 other pairs flood
+  iroh         the same forwarding over the iroh relay protocol (WebSocket /relay, single and
+               batched datagrams; bench/packet_relay_iroh.py): relay CPU per packet next to DERP's
   memory       N idle TLS DERP connections (handshake done): relay RSS delta / N
   STUN         Binding requests answered per second, our server vs coturn (`turnserver -S`), same
                client, same core
@@ -312,6 +314,9 @@ async def run(args) -> dict:
             results["memory"] = await idle_memory(port, ctx, relay.pid, args.idle)
             total = 30_000 if args.quick else 120_000
             results["forwarding"] = [forwarding(port, ctx, p, total, relay.pid) for p in (1, 4, 16)]
+            iroh = _iroh_bench()
+            results["iroh"] = [iroh.iroh_forwarding(port, ctx, p, total, relay.pid, batch=b)
+                               for b in (False, True) for p in (1, 4)]
             n = 300 if args.quick else 2000
             results["latency"] = [await latency(port, ctx, n, 0), await latency(port, ctx, n, 4)]
             secs = 1.0 if args.quick else 2.0
@@ -330,6 +335,14 @@ async def run(args) -> dict:
     return results
 
 
+def _iroh_bench():
+    """bench/packet_relay_iroh.py (the iroh path); bench/ after the repo root keeps `packet_relay` the package."""
+    sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
+    import packet_relay_iroh
+
+    return packet_relay_iroh
+
+
 def table(r: dict) -> str:
     out = ["| measurement | result |", "|---|---|"]
     for x in r["forwarding"]:
@@ -337,6 +350,13 @@ def table(r: dict) -> str:
                    f"{x['pps']:,.0f} packets/s = {x['gbps']:.2f} Gbit/s payload, {x['drop_pct']:.1f}% dropped, "
                    f"relay CPU {x['relay_cpu_pct']:.0f}% of one core "
                    f"({x['pps_per_relay_cpu_second'] * PKT * 8 / 1e9:.2f} Gbit/s per relay CPU-second) |")
+    for x in r.get("iroh", []):
+        derp = next((d for d in r["forwarding"] if d["pairs"] == x["pairs"]), None)
+        kind = "batches of 10 datagrams (type 5)" if x["batch"] else "single datagrams (type 4)"
+        versus = f"; DERP {1e6 / derp['pps_per_relay_cpu_second']:.1f} µs" if derp and not x["batch"] else ""
+        out.append(f"| iroh forwarding, {x['pairs']} pair(s), 1200-byte {kind} over TLS | "
+                   f"{x['pps']:,.0f} datagrams/s, {x['drop_pct']:.1f}% dropped, relay CPU "
+                   f"{x['us_per_packet']:.1f} µs per datagram{versus} |")
     for x in r["latency"]:
         load = f"while {x['background_pairs']} pairs send {BACKGROUND_PPS:,} packets/s each" if x["background_pairs"] else "idle"
         out.append(f"| added latency (round trip / 2), {load} | p50 {x['p50_ms']:.3f} ms, p99 {x['p99_ms']:.3f} ms |")

@@ -25,7 +25,9 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
     if not submitted:
         builder = (builder.config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
                    .config("spark.driver.extraJavaOptions", "-XX:+UseParallelGC")
-                   .config("spark.ui.showConsoleProgress", "false"))
+                   .config("spark.ui.showConsoleProgress", "false")
+                   # several input splits per core keep both cores busy to the end of the parse
+                   .config("spark.sql.files.maxPartitionBytes", str(32 << 20)))
     cores = os.cpu_count() or 2
     builder = (builder
                .config("spark.sql.session.timeZone", "UTC")

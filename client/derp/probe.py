@@ -1,8 +1,9 @@
 """`burrow relay-probe URL`: check a relay end to end, for operators.
 
 Steps: TLS + DERP handshake for two fresh keys, a packet round trip A -> B -> A through the relay
-(latency), a Ping/Pong with the relay, and a STUN Binding request to the relay host (our mapped
-address). Prints one line per step; exit status 0 only if every step passed.
+(latency), a Ping/Pong with the relay, the same for the iroh relay protocol (GET /ping, two
+endpoints log in at /relay, datagrams A -> B -> A, Ping/Pong; packet_relay/iroh/probe.py), and a STUN
+Binding request to the relay host (our mapped address). Prints one line per step; exit status 0 only if every step passed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stun-host", help="STUN host (default: the relay URL's host)")
     p.add_argument("--count", type=int, default=5, help="packet round trips to time")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds allowed for each step")
+    p.add_argument("--no-iroh", action="store_true", help="skip the iroh relay protocol checks")
+    p.add_argument("--iroh-token", help="bearer token for the iroh path (if the relay requires one)")
     return p.parse_args(argv)
 
 
@@ -108,6 +111,11 @@ async def probe(args: argparse.Namespace, out=sys.stdout) -> int:
         say(False, "ping", f"{type(exc).__name__}: {exc}")
     await a.close()
     await b.close()
+    if not args.no_iroh:
+        from packet_relay.iroh.probe import probe_iroh  # counts its failures through say()
+
+        await probe_iroh(args.url, say, ca_file=args.ca_file, insecure=args.insecure, count=args.count,
+                         timeout=args.timeout, token=args.iroh_token)
     if args.stun_port:
         host = args.stun_host or urlsplit(args.url).hostname or "127.0.0.1"
         try:

@@ -52,11 +52,12 @@ class Relay:
     def __init__(self, tmp: Path, name: str, *extra: str) -> None:
         self.port, self.admin = _free_port(), _free_port()
         self.log = tmp / f"{name}.jsonl"
-        cmd = [sys.executable, "-m", "packet_relay", "--host", "127.0.0.1", "--http-port", str(self.port),
-               "--https-port", "-1", "--stun-port", "0", "--admin-port", str(self.admin),
+        cmd = [sys.executable, "-m", "packet_relay", "--host", "127.0.0.1",
+               "--http-port", str(self.port), "--https-port", "-1", "--stun-port", "0",
+               "--admin-port", str(self.admin),
                "--event-log", str(self.log), "--key-file", str(tmp / f"{name}.key"), *extra]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=open(tmp / f"{name}.stderr", "w"))
+        self.stderr = open(tmp / f"{name}.stderr", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self.stderr)
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -76,6 +77,7 @@ class Relay:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        self.stderr.close()
         return self.proc.returncode
 
     def events(self) -> list[dict]:
@@ -124,22 +126,26 @@ def drive() -> dict:
             report["pair"] = _peer("pair", relay.url, str(NBYTES), timeout=150)
             report["forwarded_bytes"] = _metric(relay.admin, "burrow_relay_forwarded_bytes_total",
                                                 'protocol="iroh"')
-            report["iroh_clients_peak_ok"] = True
         finally:
             relay.stop()
         report["pair_events"] = [e for e in relay.events() if e["event"] == "connection"]
-        # 2. allow-list: a listed endpoint comes online, an unlisted one cannot
+        # 2. allow-list + bearer token: a listed endpoint with the token comes online; without the
+        #    token, or not listed, it cannot
         listed = os.urandom(32)
         from nacl.signing import SigningKey  # the endpoint id is the Ed25519 public key of the secret
 
         allow = tmp / "allow.txt"
         allow.write_text(f"# iroh endpoints\nendpoint:{bytes(SigningKey(listed).verify_key).hex()}\n")
-        relay = Relay(tmp, "guarded", "--allow-list", str(allow))
+        tokens = tmp / "tokens.txt"
+        tokens.write_text("s3cret-token\n")
+        relay = Relay(tmp, "guarded", "--allow-list", str(allow), "--iroh-tokens-file", str(tokens))
         try:
-            report["listed"] = _peer("online", relay.url, "15", "--secret", listed.hex())
-            report["unlisted"] = _peer("online", relay.url, "8")
-            report["denied_allow_list"] = _metric(relay.admin, "burrow_relay_access_denied_total",
-                                                  'protocol="iroh",source="allow_list"')
+            report["listed"] = _peer("online", relay.url, "15", "--secret", listed.hex(), "--token", "s3cret-token")
+            report["unlisted"] = _peer("online", relay.url, "8", "--token", "s3cret-token")
+            report["no_token"] = _peer("online", relay.url, "8", "--secret", listed.hex())
+            for source in ("allow_list", "token"):
+                report[f"denied_{source}"] = _metric(relay.admin, "burrow_relay_access_denied_total",
+                                                     f'protocol="iroh",source="{source}"')
         finally:
             relay.stop()
         # 3. a stopped relay makes a relay-only dial fail within a bounded time
@@ -181,10 +187,12 @@ def test_two_iroh_endpoints_exchange_2mb_each_way_through_our_relay(report):
 
 
 @pytest.mark.slow
-def test_allow_list_admits_listed_endpoint_and_refuses_others(report):
+def test_allow_list_and_token_admit_only_the_listed_endpoint_with_the_token(report):
     assert report["listed"].get("online") is True, report["listed"]
     assert report["unlisted"].get("online") is False, report["unlisted"]
+    assert report["no_token"].get("online") is False, report["no_token"]
     assert report["denied_allow_list"] >= 1
+    assert report["denied_token"] >= 1
 
 
 @pytest.mark.slow

@@ -1,7 +1,6 @@
 """The iroh path wired into the relay's life cycle: config flags, Restarting on stop, SIGHUP reloads."""
 
 import asyncio
-import dataclasses
 
 import aiohttp
 import pytest
@@ -16,7 +15,7 @@ from packet_relay.server import RelayServer
 
 from ..derp_util import client as derp_client
 from ..derp_util import relay_config
-from .util import TIMEOUT, client, http_url, iroh_relay, metric, wait_for
+from .util import TIMEOUT, client, http_url, iroh_relay
 
 
 def test_flags_reach_the_iroh_settings():
@@ -70,3 +69,42 @@ async def test_sighup_applies_allow_list_by_endpoint_id_and_rereads_tokens(tmp_p
         c = await client(server, key=keep, token="new")
         await a.close()
         await c.close()
+
+
+async def test_mesh_watchers_see_derp_keys_only(tmp_path):
+    import ssl
+
+    from packet_relay.protocol import frames as df
+    from packet_relay.protocol.connection import ClientConnection, Connected
+    from packet_relay.protocol.handshake import ClientInfoJSON, generate_private_key
+
+    from ..derp_util import ca
+
+    mesh = tmp_path / "mesh.key"
+    mesh.write_text("ab" * 32)
+    async with iroh_relay(tmp_path, mesh_key_file=str(mesh)) as server:
+        early = await client(server)  # an iroh endpoint that is already there when the watch starts
+        d = await derp_client(server)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", server.https_port, ssl=ssl.create_default_context(cafile=ca(server)),
+            server_hostname="127.0.0.1")
+        writer.write(b"GET /derp HTTP/1.1\r\nHost: x\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n")
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), TIMEOUT)
+        machine = ClientConnection(generate_private_key(), info=ClientInfoJSON(mesh_key="ab" * 32))
+        events: list = []
+        while not any(isinstance(e, Connected) for e in events):
+            events = machine.receive_data(await asyncio.wait_for(reader.read(65536), TIMEOUT))
+            writer.write(machine.data_to_send())
+        writer.write(df.WatchConns().encode())
+        late = await client(server)  # and one that arrives while the watch runs
+        await late.close()
+        await early.send(late.endpoint_id, b"late is gone, early still works")
+        await d.close()
+        seen: list = []
+        while not any(isinstance(e, df.PeerGone) for e in seen):
+            seen += machine.receive_data(await asyncio.wait_for(reader.read(65536), TIMEOUT))
+        assert [e.key for e in seen if isinstance(e, df.PeerPresent)] == [d.public_key]
+        assert [e.key for e in seen if isinstance(e, df.PeerGone)] == [d.public_key]
+        assert await early.ping(TIMEOUT) >= 0
+        writer.close()
+        await early.close()

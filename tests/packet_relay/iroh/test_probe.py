@@ -27,3 +27,24 @@ async def test_probe_fails_where_iroh_is_not_served(tmp_path):
                                     count=1, timeout=3)
     assert failures == 2
     assert lines == [(False, "iroh-http"), (False, "iroh-login")]
+
+
+async def test_relay_probe_command_checks_the_iroh_path(tmp_path):
+    import io
+
+    from client.derp import probe
+
+    async with iroh_relay(tmp_path) as server:
+        out = io.StringIO()
+        args = probe.parse_args([https_url(server), "--ca-file", ca(server), "--stun-port", "0", "--count", "2"])
+        assert await probe.probe(args, out) == 0, out.getvalue()
+        for step in ("iroh-http", "iroh-login", "iroh-data", "iroh-ping"):
+            assert f"ok   {step}" in out.getvalue()
+        server.extra_routes.clear()  # a relay without iroh fails the probe, DERP steps still pass
+        out = io.StringIO()
+        assert await probe.probe(args, out) == 1
+        assert "ok   packets" in out.getvalue() and "FAIL iroh-login" in out.getvalue()
+        out = io.StringIO()
+        assert await probe.probe(probe.parse_args([*map(str, [https_url(server), "--ca-file", ca(server),
+                                                              "--stun-port", "0", "--no-iroh"])]), out) == 0
+        assert "iroh" not in out.getvalue()

@@ -30,6 +30,10 @@ async def test_ping_and_upgrade_negotiation(tmp_path):
                 assert r.status == 200 and r.headers["Access-Control-Allow-Origin"] == "*"
             async with http.get(base + "/relay") as r:
                 assert r.status == 400
+            async with http.get(base + "/generate_204", headers={"X-Iroh-Challenge": "ts_127.0.0.1"}) as r:
+                assert r.status == 204 and r.headers["X-Iroh-Response"] == "response ts_127.0.0.1"
+            async with http.get(base + "/") as r:
+                assert "/relay" in await r.text()
         ws_base = "ws" + base[4:] + "/relay"
         for offered, chosen in ((["iroh-relay-v2", "iroh-relay-v1"], "iroh-relay-v2"),
                                 (["iroh-relay-v1"], "iroh-relay-v1")):
