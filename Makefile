@@ -32,9 +32,11 @@ lint: $(TEST_STAMP)
 pytest: $(TEST_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-## make bench: every side-by-side benchmark against the reference servers
+## make bench: every side-by-side benchmark against the reference servers (each prints its table)
+BENCHES := bench/mailbox.py bench/transit.py bench/packet_relay.py bench/stun.py bench/transfer.py \
+           bench/dilation.py bench/spark.py
 bench: $(TEST_STAMP)
-	for b in bench/*.py; do $(PY) $$b || exit 1; done
+	for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 ## make report: the Spark report over the logs that `make run` wrote
 report: $(TEST_STAMP)

@@ -30,7 +30,7 @@ SERVICES = [
     ("packet_relay", "relay",
      ["--dev-tls", "--tls-dir", str(VAR / "tls"), "--key-file", str(VAR / "relay.key"),
       "--event-log", str(LOGS / "relay.jsonl")],
-     ["packet relay (DERP)   https://127.0.0.1:8443/derp  (self-signed)   STUN udp:127.0.0.1:3478",
+     ["packet relay          https://127.0.0.1:8443/derp (DERP), /relay (iroh); self-signed   STUN udp:127.0.0.1:3478",
       "                      admin http://127.0.0.1:9402/metrics"]),
 ]
 
@@ -60,7 +60,9 @@ def main() -> int:
         print("  " + line)
     print(f"  event logs in {LOGS}; `make report` turns them into a report")
     if "mailbox" in {n for n, _ in procs}:
-        print("\nTry:  burrow send --relay-url ws://127.0.0.1:4000/v1 --transit-helper tcp:127.0.0.1:4001 FILE")
+        print("\nTry:  .venv/bin/burrow send FILE          (defaults point at this suite)")
+        print("      .venv/bin/burrow receive CODE")
+        print("      .venv/bin/burrow relay-probe https://127.0.0.1:8443 --insecure --stun-port 3478")
     if failed:
         print(f"\nfailed to start: {', '.join(failed)} (see the messages above)", file=sys.stderr)
     stop = {"now": False}
