@@ -33,12 +33,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
+
+from packet_relay_load import pump  # noqa: E402
 
 from packet_relay.protocol import frames as f  # noqa: E402
 from packet_relay.protocol.connection import ClientConnection, Connected  # noqa: E402
@@ -112,49 +114,14 @@ def connect_blocking(port: int, ctx: ssl.SSLContext) -> tuple[ssl.SSLSocket, byt
 
 
 def forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int) -> dict:
-    """Blocking TLS sockets, one thread each: OpenSSL runs without the GIL, so the generator keeps up."""
     conns = [connect_blocking(port, ctx) for _ in range(2 * pairs)]
     senders, receivers = conns[:pairs], conns[pairs:]
     batch = 64
     rounds = total // pairs // batch
-    received = [0] * pairs
-    last_rx = [0.0] * pairs
-
-    def send(i: int) -> None:
-        blob = send_blob(receivers[i][1], batch)
-        for _ in range(rounds):
-            senders[i][0].sendall(blob)
-
-    def recv(i: int) -> None:
-        sock = receivers[i][0]
-        sock.settimeout(1.0)
-        want, got = rounds * batch * RECV_FRAME, 0
-        buf = bytearray(1 << 20)
-        while got < want:
-            try:
-                n = sock.recv_into(buf)
-            except TimeoutError:
-                break  # the rest was dropped
-            if not n:
-                break
-            got += n
-            last_rx[i] = time.perf_counter()
-        received[i] = got // RECV_FRAME
-
-    relay = psutil.Process(relay_pid)
-    cpu0 = sum(relay.cpu_times()[:2])
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=recv, args=(i,)) for i in range(pairs)]
-    threads += [threading.Thread(target=send, args=(i,)) for i in range(pairs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = max(max(last_rx) - t0, 1e-9)
-    cpu = sum(relay.cpu_times()[:2]) - cpu0
-    for sock, _ in conns:
-        sock.close()
-    sent, got = pairs * rounds * batch, sum(received)
+    blobs = [send_blob(key, batch) for _, key in receivers]
+    got_bytes, elapsed, cpu = pump([s for s, _ in senders], [r for r, _ in receivers], blobs, rounds,
+                                   rounds * batch * RECV_FRAME, relay_pid)
+    sent, got = pairs * rounds * batch, sum(n // RECV_FRAME for n in got_bytes)
     return {"pairs": pairs, "sent": sent, "delivered": got, "seconds": elapsed, "pps": got / elapsed,
             "gbps": got * PKT * 8 / elapsed / 1e9, "drop_pct": 100.0 * (sent - got) / sent,
             "relay_cpu_pct": 100.0 * cpu / elapsed, "pps_per_relay_cpu_second": got / max(cpu, 1e-9)}
@@ -336,8 +303,7 @@ async def run(args) -> dict:
 
 
 def _iroh_bench():
-    """bench/packet_relay_iroh.py (the iroh path); bench/ after the repo root keeps `packet_relay` the package."""
-    sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
+    """bench/packet_relay_iroh.py (the iroh path)."""
     import packet_relay_iroh
 
     return packet_relay_iroh

@@ -27,20 +27,17 @@ import socket
 import ssl
 import sys
 import tempfile
-import threading
-import time
-
-import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
 
 from nacl.signing import SigningKey  # noqa: E402
+from packet_relay_load import pump  # noqa: E402
 
 from packet_relay.iroh import frames as f  # noqa: E402
 from packet_relay.iroh.session import challenge_message  # noqa: E402
-from packet_relay.iroh.websocket import binary_header  # noqa: E402
-from packet_relay.protocol.websocket import encode_frame  # noqa: E402
+from packet_relay.protocol.websocket import binary_header, encode_frame  # noqa: E402
 
 PKT = 1200
 BATCH_SEGMENTS = 10
@@ -98,8 +95,6 @@ def iroh_forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int, batc
     rounds = max(1, total // per_frame // pairs // frames_per_write)
     body_len = 1 + f.KEY_LEN + (3 + PKT * per_frame if batch else 1 + PKT)
     recv_frame = len(binary_header(body_len)) + body_len
-    received = [0] * pairs
-    last_rx = [0.0] * pairs
 
     def blob(dst: bytes) -> bytes:
         payload = os.urandom(PKT * per_frame)
@@ -109,41 +104,11 @@ def iroh_forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int, batc
             msg = f.Datagrams(f.CLIENT_TO_RELAY_DATAGRAM, dst, b"\x00" + payload)
         return encode_frame(0x2, msg.encode(), mask=True) * frames_per_write
 
-    def send(i: int) -> None:
-        data = blob(receivers[i][1])
-        for _ in range(rounds):
-            senders[i][0].sendall(data)
-
-    def recv(i: int) -> None:
-        sock = receivers[i][0]
-        sock.settimeout(1.0)
-        want, got = rounds * frames_per_write * recv_frame, 0
-        buf = bytearray(1 << 20)
-        while got < want:
-            try:
-                n = sock.recv_into(buf)
-            except TimeoutError:
-                break  # the rest was dropped
-            if not n:
-                break
-            got += n
-            last_rx[i] = time.perf_counter()
-        received[i] = got // recv_frame * per_frame
-
-    relay = psutil.Process(relay_pid)
-    cpu0 = sum(relay.cpu_times()[:2])
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=recv, args=(i,)) for i in range(pairs)]
-    threads += [threading.Thread(target=send, args=(i,)) for i in range(pairs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = max(max(last_rx) - t0, 1e-9)
-    cpu = sum(relay.cpu_times()[:2]) - cpu0
-    for sock, _ in conns:
-        sock.close()
-    sent, got = pairs * rounds * frames_per_write * per_frame, sum(received)
+    got_bytes, elapsed, cpu = pump([s for s, _ in senders], [r for r, _ in receivers],
+                                   [blob(key) for _, key in receivers], rounds,
+                                   rounds * frames_per_write * recv_frame, relay_pid)
+    sent = pairs * rounds * frames_per_write * per_frame
+    got = sum(n // recv_frame * per_frame for n in got_bytes)
     return {"pairs": pairs, "batch": batch, "sent": sent, "delivered": got, "seconds": elapsed,
             "pps": got / elapsed, "gbps": got * PKT * 8 / elapsed / 1e9,
             "drop_pct": 100.0 * (sent - got) / sent, "relay_cpu_pct": 100.0 * cpu / elapsed,

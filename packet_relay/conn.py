@@ -3,22 +3,21 @@
 in:  socket bytes; out: socket bytes. TLS is an ssl.MemoryBIO session (tlsio.py), WebSocket framing
 and DERP live in protocol/; this file only moves bytes between them, the registry and the timers.
 Writes are batched: deliver() queues, and one call_soon per loop pass flushes every dirty client
-with a single write each.
+with a single write each (the send side is peer.py, shared with the iroh connection).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
 
 from .http_routes import handle_request
+from .peer import Peer
 from .protocol import frames as f
 from .protocol.connection import ClientHello, ServerConnection, Throttled
 from .protocol.http import HttpError, RequestReader, response
 from .protocol.websocket import WebSocketStream
-from .queues import SendQueue
 from .tlsio import TLSError, TLSSession
 
 log = logging.getLogger(__name__)
@@ -28,38 +27,21 @@ KEEPALIVE_JITTER = 5.0  # seconds at most (derper: 60 s + rand(5 s)); a tenth of
 _RECV_HDR = f.RECV_PACKET
 
 
-class RelayConn(asyncio.Protocol):
-    __slots__ = ("server", "transport", "tls", "ws", "phase", "reader", "machine", "key", "peer_ip",
-                 "kind", "started", "home", "mesh", "packets_in", "bytes_in", "packets_out",
-                 "bytes_out", "drops", "queue", "paused", "flush_pending", "timer", "write_timer",
-                 "close_reason", "registered", "admitted_cap")
+class RelayConn(Peer):
+    __slots__ = ("reader", "machine", "key", "kind", "started", "home", "mesh")
 
     protocol = "derp"
+    live_phase = "derp"
 
     def __init__(self, server, use_tls: bool) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.tls = TLSSession(server.ssl_context) if use_tls else None
-        self.ws: WebSocketStream | None = None
-        self.phase = "http"
+        super().__init__(server, None, TLSSession(server.ssl_context) if use_tls else None, None, "http", "")
         self.reader: RequestReader | None = RequestReader()
         self.machine: ServerConnection | None = None
         self.key = b""
-        self.peer_ip = ""
         self.kind = "upgrade"
         self.started = 0.0
         self.home = False
         self.mesh = False
-        self.packets_in = self.bytes_in = self.packets_out = self.bytes_out = 0
-        self.drops: dict[str, int] | None = None
-        self.queue = SendQueue(server.config.send_queue_depth)
-        self.paused = False
-        self.flush_pending = False
-        self.timer: asyncio.TimerHandle | None = None
-        self.write_timer: asyncio.TimerHandle | None = None
-        self.close_reason = ""
-        self.registered = False
-        self.admitted_cap = False
 
     # ---- asyncio.Protocol
     def connection_made(self, transport) -> None:
@@ -99,25 +81,6 @@ class RelayConn(asyncio.Protocol):
             self.server.stats.errors[(self.protocol, exc.reason)] += 1
             log.debug("protocol error from client: %s", exc)
             self.close("protocol")
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc) -> None:
-        if self.phase != "closed":
-            self.close("client")
-
-    def pause_writing(self) -> None:
-        self.paused = True
-        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close, "timeout", True)
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self.write_timer is not None:
-            self.write_timer.cancel()
-            self.write_timer = None
-        if len(self.queue):
-            self._schedule_flush()
 
     # ---- HTTP phase
     def _http_in(self, data: bytes) -> None:
@@ -295,85 +258,19 @@ class RelayConn(asyncio.Protocol):
     def peer_present(self, key: bytes, flags: int) -> None:
         self.control(f.PeerPresent(key, flags=flags).encode())
 
-    def control(self, frame: bytes) -> None:
-        if not self.queue.push_control(frame):
-            self._drop("control_overflow")
-        if not self.flush_pending:
-            self._schedule_flush()
-
-    def _drop(self, reason: str, n: int = 1) -> None:
-        if self.drops is None:
-            self.drops = {}
-        self.drops[reason] = self.drops.get(reason, 0) + n
-        self.server.stats.drops[(self.protocol, reason)] += n
-
-    def _schedule_flush(self) -> None:
-        if self.paused or self.phase == "closed":
-            return
-        self.flush_pending = True
-        self.server.mark_dirty(self)
-
-    def flush(self) -> None:
-        self.flush_pending = False
-        if self.phase != "derp" or self.paused:
-            return
-        data, packets, nbytes = self.queue.drain()
-        if data:
-            self.packets_out += packets
-            self.bytes_out += nbytes
-            self.send(data)
-
     # ---- output
     def send(self, data: bytes) -> None:
         if self.ws is not None:
             data = self.ws.wrap(data)
         self.write_raw(data)
 
-    def write_raw(self, data: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        if self.tls is not None:
-            try:
-                data = self.tls.encrypt(data)
-            except TLSError:
-                return
-        self.transport.write(data)
+    _out = send  # a drained queue goes out as one WebSocket message when there is a WebSocket
 
-    def close(self, reason: str, abort: bool = False) -> None:
-        """End the connection; `abort` drops unsent bytes (a client that stopped reading)."""
-        if self.phase == "closed":
-            return
-        was_derp = self.phase == "derp"
-        self.phase = "closed"
-        self.close_reason = reason
-        for t in (self.timer, self.write_timer):
-            if t is not None:
-                t.cancel()
-        self.timer = self.write_timer = None
-        lost = self.queue.discard()
-        if lost:
-            self._drop("gone_disconnected", lost)
+    def _release(self) -> None:
         if self.machine is not None:
             self.machine.close()
             if self.machine.unknown_frames:
                 self.server.stats.unknown_frames[self.protocol] += self.machine.unknown_frames
-        server = self.server
-        if self.registered:
-            self.registered = False
-            server.registry.unregister(self)
-        server.conns.discard(self)
-        if self.admitted_cap:
-            self.admitted_cap = False
-            server.caps.release(self.peer_ip)
-        if self.transport is not None and abort:
-            self.transport.abort()
-        elif self.transport is not None and not self.transport.is_closing():
-            if self.ws is not None and not self.ws.closed:
-                self.write_raw(self.ws.close_frame(1001 if reason == "shutdown" else 1000))
-            if self.tls is not None:
-                tail = self.tls.close_notify()
-                if tail:
-                    self.transport.write(tail)
-            self.transport.close()
-        if was_derp:
-            server.connection_closed(self)
+
+    def _unregister(self) -> None:
+        self.server.registry.unregister(self)

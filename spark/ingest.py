@@ -95,7 +95,7 @@ def read_raw(spark: SparkSession, uris: list[str]) -> DataFrame:
     return (spark.read.schema(schema)
             .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
             .json(uris)
-            .withColumn("_file", F.col("_metadata.file_path")))
+            .withColumn("_file", F.input_file_name()))
 
 
 def classify(raw: DataFrame) -> DataFrame:

@@ -2,24 +2,23 @@
 
 The relay's HTTP listener (packet_relay/conn.py) reads the request; the /relay route answers 101 and
 hands the transport (and its TLS session) to an IrohConn, which from then on moves bytes between
-TLS, the WebSocket message codec, the sans-IO session, the shared registry and the shared bounded
-send queue. Writes are batched like the DERP path: deliver() queues, one flush per loop pass.
+TLS, the WebSocket message codec, the sans-IO session and the shared registry. The send side (bounded
+queue, drops, one flush per loop pass, TLS writes, close bookkeeping) is the one DERP uses (peer.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import random
 import time
 
+from ..peer import Peer
 from ..protocol.frames import ProtocolError
-from ..queues import SendQueue
+from ..protocol.websocket import MessageStream, binary_header, wrap
 from ..tlsio import TLSError
 from . import frames as f
 from .session import Authenticated, Closed, IrohSession
-from .websocket import MessageStream, binary_header, wrap
 
 log = logging.getLogger(__name__)
 MAX_EARLY_MESSAGES = 64      # frames a client may send while its access check runs
@@ -28,14 +27,13 @@ _DELIVER_TYPE = {f.CLIENT_TO_RELAY_DATAGRAM: bytes([f.RELAY_TO_CLIENT_DATAGRAM])
                  f.CLIENT_TO_RELAY_DATAGRAM_BATCH: bytes([f.RELAY_TO_CLIENT_DATAGRAM_BATCH])}
 
 
-class IrohConn(asyncio.Protocol):
-    __slots__ = ("service", "server", "transport", "tls", "peer_ip", "token", "ws", "session", "phase", "key",
-                 "endpoint_id", "started", "packets_in", "bytes_in", "packets_out", "bytes_out", "drops",
-                 "queue", "paused", "flush_pending", "registered", "inactive", "checking", "throttled",
-                 "rate_limited_told", "early", "timer", "write_timer", "close_reason", "admitted_cap",
-                 "_last_dst", "rate", "_header")
+class IrohConn(Peer):
+    __slots__ = ("service", "token", "session", "key", "endpoint_id", "started", "inactive", "checking",
+                 "throttled", "rate_limited_told", "early", "_last_dst", "rate", "_header")
 
     protocol = "iroh"
+    live_phase = "iroh"
+    abort_on_write_timeout = False   # as it always was here: the close after a write timeout is graceful
     kind = "websocket"
     home = False   # iroh has no NotePreferred; the event-log field stays false
     mesh = False
@@ -43,31 +41,18 @@ class IrohConn(asyncio.Protocol):
     def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None,
                  header_auth: f.KeyMaterialClientAuth | None = None,
                  key_material: bytes | None = None) -> None:
+        super().__init__(service.server, transport, tls, MessageStream(f.MAX_FRAME_SIZE), "iroh", peer_ip)
         self.service = service
-        self.server = service.server
-        self.transport = transport
-        self.tls = tls
-        self.peer_ip = peer_ip
         self.token = token
-        self.ws = MessageStream()
         st = service.settings
         self.session = IrohSession(version, os.urandom(f.CHALLENGE_LEN), ping_interval=st.ping_interval,
                                    pong_timeout=st.pong_timeout, jitter=lambda: random.uniform(*PING_JITTER))
-        self.phase = "iroh"
         self.key: tuple[str, bytes] | None = None   # registry key: iroh ids live apart from DERP keys
         self.endpoint_id = b""
         self.started = time.time()
-        self.packets_in = self.bytes_in = self.packets_out = self.bytes_out = 0
-        self.drops: dict[str, int] | None = None
-        self.queue = SendQueue(self.server.config.send_queue_depth)
-        self.paused = self.flush_pending = self.registered = self.inactive = False
-        self.checking = self.throttled = False
+        self.inactive = self.checking = self.throttled = False
         self.rate_limited_told = False
         self.early: list[bytes] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.write_timer: asyncio.TimerHandle | None = None
-        self.close_reason = ""
-        self.admitted_cap = False
         self._last_dst = b""
         self.rate = self.server.new_rate_bucket()
         self._header = (header_auth, key_material)
@@ -264,27 +249,6 @@ class IrohConn(asyncio.Protocol):
         if self.phase != "closed" and not self.checking:
             self.transport.resume_reading()
 
-    # ---- write flow control
-    def pause_writing(self) -> None:
-        self.paused = True
-        self.write_timer = self.server.loop.call_later(self.server.config.write_timeout, self.close,
-                                                       "timeout")
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        if self.write_timer is not None:
-            self.write_timer.cancel()
-            self.write_timer = None
-        if len(self.queue):
-            self._schedule_flush()
-
-    def eof_received(self) -> bool:
-        return False
-
-    def connection_lost(self, exc) -> None:
-        if self.phase != "closed":
-            self.close("client")
-
     # ---- the peer interface used by the registry and the iroh service
     def deliver_frame(self, kind: int, src: bytes, body: bytes, payload: int) -> None:
         """Queue a datagram frame from `src`; the body (ECN [+ segment size] + data) is copied as is."""
@@ -318,32 +282,7 @@ class IrohConn(asyncio.Protocol):
         self.control(self.session.status_frame(code))
 
     def control(self, frame: bytes) -> None:
-        if not self.queue.push_control(wrap(frame)):
-            self._drop("control_overflow")
-        if not self.flush_pending:
-            self._schedule_flush()
-
-    def _drop(self, reason: str, n: int = 1) -> None:
-        if self.drops is None:
-            self.drops = {}
-        self.drops[reason] = self.drops.get(reason, 0) + n
-        self.server.stats.drops[(self.protocol, reason)] += n
-
-    def _schedule_flush(self) -> None:
-        if self.paused or self.phase == "closed":
-            return
-        self.flush_pending = True
-        self.server.mark_dirty(self)
-
-    def flush(self) -> None:
-        self.flush_pending = False
-        if self.phase == "closed" or self.paused:
-            return
-        data, packets, nbytes = self.queue.drain()
-        if data:
-            self.packets_out += packets
-            self.bytes_out += nbytes
-            self.write_raw(data)
+        Peer.control(self, wrap(frame))  # one WebSocket message each; queued datagrams come wrapped
 
     # ---- output
     def send(self, frames: list[bytes]) -> None:
@@ -351,50 +290,10 @@ class IrohConn(asyncio.Protocol):
         if frames:
             self.write_raw(b"".join(wrap(fr) for fr in frames))
 
-    def write_raw(self, data: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        if self.tls is not None:
-            try:
-                data = self.tls.encrypt(data)
-            except TLSError:
-                return
-        self.transport.write(data)
-
     def _error(self, kind: str, detail: str) -> None:
         self.server.stats.errors[(self.protocol, kind)] += 1
         log.debug("iroh protocol error from client: %s", detail)
         self.close("protocol")
 
-    def close(self, reason: str, abort: bool = False) -> None:
-        """End the connection; `abort` drops unsent bytes (a client that stopped reading)."""
-        if self.phase == "closed":
-            return
-        self.phase = "closed"
-        self.close_reason = reason
-        for t in (self.timer, self.write_timer):
-            if t is not None:
-                t.cancel()
-        self.timer = self.write_timer = None
-        lost = self.queue.discard()
-        if lost:
-            self._drop("gone_disconnected", lost)
-        server = self.server
-        if self.registered:
-            self.registered = False
-            self.service.unregister(self)
-        server.conns.discard(self)
-        if self.admitted_cap:
-            self.admitted_cap = False
-            server.caps.release(self.peer_ip)
-        if self.transport is not None and abort:
-            self.transport.abort()
-        elif self.transport is not None and not self.transport.is_closing():
-            if not self.ws.closed:
-                self.write_raw(self.ws.close_frame(1001 if reason == "shutdown" else 1000))
-            if self.tls is not None:
-                tail = self.tls.close_notify()
-                if tail:
-                    self.transport.write(tail)
-            self.transport.close()
-        server.connection_closed(self)
+    def _unregister(self) -> None:
+        self.service.unregister(self)

@@ -1,9 +1,11 @@
-"""RFC 6455 framing for DERP-over-WebSocket, sans-IO, both roles.
+"""RFC 6455 framing, sans-IO, both roles: DERP-over-WebSocket (a byte stream) and iroh (messages).
 
 in:  raw bytes from the peer (any chunking)
-out: the binary-message payload bytes as one byte stream (DERP frames are not aligned with WebSocket
-     messages), plus control replies (Pong, Close) queued for the caller to send.
-Clients mask what they send, servers must not; a server rejects unmasked client frames.
+out: `feed()`: the binary-message payload bytes as one byte stream (DERP frames are not aligned with
+     WebSocket messages); `feed_messages()`: the complete binary messages, boundaries kept (iroh:
+     one message is one relay frame). Control replies (Pong, Close) are queued for `data_to_send()`.
+Clients mask what they send, servers must not; a server rejects unmasked client frames. Every client
+frame is unmasked on the hot path, with the C `apply_mask` that ships with `websockets`.
 """
 
 from __future__ import annotations
@@ -11,102 +13,124 @@ from __future__ import annotations
 import os
 import struct
 
+from websockets.frames import apply_mask  # the C speedup when built, else websockets' own Python one
+
 from .frames import ProtocolError
 
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 MAX_WS_FRAME = (1 << 20) + 1024
+MAX_MESSAGE = 1 << 20   # MessageStream's default: iroh's largest message (iroh.frames.MAX_FRAME_SIZE)
+_FINAL_BINARY = 0x80 | OP_BINARY
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
 
 
 class WebSocketError(ProtocolError):
     reason = "websocket"
 
 
-def _xor(data: bytes, mask: bytes) -> bytes:
-    n = len(data)
-    if not n:
-        return b""
-    full = (mask * (n // 4 + 1))[:n]
-    return (int.from_bytes(data, "big") ^ int.from_bytes(full, "big")).to_bytes(n, "big")
+def _header(first: int, mbit: int, n: int) -> bytes:
+    if n < 126:
+        return bytes((first, mbit | n))
+    if n < 1 << 16:
+        return struct.pack(">BBH", first, mbit | 126, n)
+    return struct.pack(">BBQ", first, mbit | 127, n)
 
 
 def encode_frame(opcode: int, payload: bytes, *, mask: bool) -> bytes:
-    n = len(payload)
-    first = 0x80 | opcode
-    mbit = 0x80 if mask else 0
-    if n < 126:
-        head = struct.pack(">BB", first, mbit | n)
-    elif n < 1 << 16:
-        head = struct.pack(">BBH", first, mbit | 126, n)
-    else:
-        head = struct.pack(">BBQ", first, mbit | 127, n)
     if not mask:
-        return head + payload
+        return _header(0x80 | opcode, 0, len(payload)) + payload
     key = os.urandom(4)
-    return head + key + _xor(payload, key)
+    return _header(0x80 | opcode, 0x80, len(payload)) + key + (apply_mask(payload, key) if payload else b"")
+
+
+def binary_header(n: int) -> bytes:
+    """Unmasked (server-to-client) header of one final binary frame of `n` payload bytes."""
+    return _header(_FINAL_BINARY, 0, n)
+
+
+def wrap(message: bytes) -> bytes:
+    """One server-to-client binary message."""
+    return _header(_FINAL_BINARY, 0, len(message)) + message
 
 
 class WebSocketStream:
-    __slots__ = ("client", "max_frame", "_buf", "_out", "closed", "_in_binary")
+    """One side of a WebSocket; `max_message` bounds a reassembled message in `feed_messages()`."""
 
-    def __init__(self, *, client: bool, max_frame: int = MAX_WS_FRAME) -> None:
+    __slots__ = ("client", "max_frame", "max_message", "_buf", "_out", "_parts", "_size", "_in_message",
+                 "closed")
+
+    def __init__(self, *, client: bool, max_frame: int = MAX_WS_FRAME, max_message: int | None = None) -> None:
         self.client = client
         self.max_frame = max_frame
+        self.max_message = max_frame if max_message is None else max_message
         self._buf = b""
         self._out: list[bytes] = []
+        self._parts: list[bytes] = []   # a fragmented message being collected (message mode)
+        self._size = 0
+        self._in_message = False        # between the first and the final frame of a fragmented message
         self.closed = False
-        self._in_binary = False
 
     def wrap(self, data: bytes) -> bytes:
-        """Stream bytes -> one binary message."""
+        """Bytes -> one binary message."""
         return encode_frame(OP_BINARY, data, mask=self.client)
 
     def close_frame(self, code: int = 1000) -> bytes:
         self.closed = True
-        return encode_frame(OP_CLOSE, struct.pack(">H", code), mask=self.client)
+        return encode_frame(OP_CLOSE, _U16.pack(code), mask=self.client)
 
     def data_to_send(self) -> bytes:
         out, self._out = b"".join(self._out), []
         return out
 
     def feed(self, data: bytes) -> bytes:
-        """Returns the payload bytes of the binary messages completed so far."""
+        """Returns the payload bytes of the binary messages received so far, as one stream."""
+        return b"".join(self._parse(data, False))
+
+    def feed_messages(self, data: bytes) -> list[bytes]:
+        """Bytes in -> the binary messages they completed."""
+        return self._parse(data, True)
+
+    def _parse(self, data: bytes, whole: bool) -> list[bytes]:
         buf = self._buf + data if self._buf else data
-        pos, chunks = 0, []
-        while not self.closed:
-            if len(buf) - pos < 2:
-                break
+        end_of_buf = len(buf)
+        pos = 0
+        out: list[bytes] = []
+        client = self.client
+        while not self.closed and end_of_buf - pos >= 2:
             b0, b1 = buf[pos], buf[pos + 1]
-            opcode, masked, n = b0 & 0x0F, b1 & 0x80, b1 & 0x7F
             if b0 & 0x70:
                 raise WebSocketError("reserved bits set (no extensions were negotiated)")
-            if bool(masked) == self.client:
+            masked = b1 & 0x80
+            if bool(masked) == client:
                 raise WebSocketError("client frames must be masked, server frames must not")
-            hlen = 2
+            n, head = b1 & 0x7F, pos + 2
             if n == 126:
-                if len(buf) - pos < 4:
+                if end_of_buf - pos < 4:
                     break
-                n = struct.unpack_from(">H", buf, pos + 2)[0]
-                hlen = 4
+                n, head = _U16.unpack_from(buf, head)[0], head + 2
             elif n == 127:
-                if len(buf) - pos < 10:
+                if end_of_buf - pos < 10:
                     break
-                n = struct.unpack_from(">Q", buf, pos + 2)[0]
-                hlen = 10
+                n, head = _U64.unpack_from(buf, head)[0], head + 8
             if n > self.max_frame:
                 raise WebSocketError(f"frame of {n} bytes exceeds {self.max_frame}")
-            klen = 4 if masked else 0
-            end = pos + hlen + klen + n
-            if len(buf) < end:
+            start = head + 4 if masked else head
+            end = start + n
+            if end > end_of_buf:
                 break
-            payload = buf[pos + hlen + klen:end]
-            if masked:
-                payload = _xor(payload, buf[pos + hlen:pos + hlen + 4])
+            payload = buf[start:end]
+            if masked and n:
+                payload = apply_mask(payload, buf[head:start])
             pos = end
-            self._handle(opcode, bool(b0 & 0x80), payload, chunks)
-        self._buf = buf[pos:] if pos < len(buf) else b""
-        return b"".join(chunks)
+            if b0 == _FINAL_BINARY and not self._in_message:
+                out.append(payload)  # the usual case: one final, unfragmented binary frame
+            else:
+                self._frame(b0 & 0x0F, bool(b0 & 0x80), payload, out, whole)
+        self._buf = buf[pos:] if pos < end_of_buf else b""
+        return out
 
-    def _handle(self, opcode: int, fin: bool, payload: bytes, chunks: list[bytes]) -> None:
+    def _frame(self, opcode: int, fin: bool, payload: bytes, out: list[bytes], whole: bool) -> None:
         if opcode >= 0x8:
             if not fin or len(payload) > 125:
                 raise WebSocketError("control frames must be final and at most 125 bytes")
@@ -120,12 +144,30 @@ class WebSocketStream:
                 raise WebSocketError(f"unknown control opcode {opcode:#x}")
             return
         if opcode == OP_BINARY:
-            if self._in_binary:
+            if self._in_message:
                 raise WebSocketError("new message inside a fragmented one")
         elif opcode == OP_CONT:
-            if not self._in_binary:
+            if not self._in_message:
                 raise WebSocketError("continuation without a message")
         else:
-            raise WebSocketError("DERP over WebSocket uses binary messages only")
-        self._in_binary = not fin
-        chunks.append(payload)
+            raise WebSocketError("binary messages only (DERP and iroh send no text)")
+        self._in_message = not fin
+        if not whole:
+            out.append(payload)  # a byte stream: message boundaries do not matter
+            return
+        self._size += len(payload)
+        if self._size > self.max_message:
+            raise WebSocketError(f"message larger than {self.max_message} bytes")
+        self._parts.append(payload)
+        if fin:
+            out.append(b"".join(self._parts))
+            self._parts, self._size = [], 0
+
+
+class MessageStream(WebSocketStream):
+    """The server side of a message protocol (iroh): whole binary messages of at most `max_size`."""
+
+    __slots__ = ()
+
+    def __init__(self, max_size: int = MAX_MESSAGE) -> None:
+        super().__init__(client=False, max_frame=max_size, max_message=max_size)

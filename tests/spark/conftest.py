@@ -7,9 +7,7 @@ import os
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark", reason="pip install 'burrow[spark]'")
-
-from spark.schemas import LINE_SCHEMA, UNION_FIELDS  # noqa: E402
+from spark.schemas import LINE_SCHEMA, UNION_FIELDS  # needs PySpark: pip install 'burrow[spark]'
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packet_relay.iroh.frames import MAX_FRAME_SIZE
-from packet_relay.iroh.websocket import MessageStream, binary_header, wrap
-from packet_relay.protocol.websocket import WebSocketError, encode_frame
+from packet_relay.protocol.websocket import MessageStream, WebSocketError, binary_header, encode_frame, wrap
 
 
 def masked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
