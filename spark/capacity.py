@@ -1,8 +1,8 @@
 """Capacity plan: nodes needed at peak with headroom, growth of daily peaks, days until full.
 
 Per-node capacity figures come from a TOML or JSON file (`--capacity FILE`); anything it leaves out
-keeps the defaults below, which are deliberately conservative round numbers below what one 2-core
-node sustained in our benchmarks (bench/*.py, see docs/spark.md). Example:
+keeps the defaults below: conservative round numbers for one 2-core node, to be replaced by what
+`make bench` (bench/*.py) measures on the operator's hardware (see docs/spark.md). Example:
 
     headroom = 0.3          # keep 30 % spare at peak
     [transit]

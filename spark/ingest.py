@@ -205,7 +205,7 @@ def ingest(spark: SparkSession, patterns: list[str], out: str, log=print) -> Ing
             per_day = _store(spark, staging, events_dir, staged.where(F.col("_ok") == "true").drop("_ok"),
                              [d for d in per_day if d in manifest["days"]], per_day, run_id)
     finally:
-        fs.delete(spark, staging)
+        fs.delete(spark, f"{out}/_staging")  # one run per --out at a time (see docs/spark.md)
     return _finish(spark, out, manifest, result, todo, run_id, per_day, patterns)
 
 

@@ -126,10 +126,15 @@ def load_per_hour(per_minute: DataFrame) -> DataFrame:
             F.max("connections_peak").alias("connections_peak"), F.avg("connections_avg").alias("connections_avg"),
             F.sum("bytes").alias("bytes"), F.max("bytes_per_s").alias("bytes_per_s_peak"),
             F.sum("starts").alias("starts")]
-    for col in ("sessions_peak", "connections_peak", "bytes_per_s"):
-        for p in (50, 95, 99):
-            aggs.append(F.percentile(col, p / 100).alias(f"{col.removesuffix('_peak')}_p{p}"))
-    return per_minute.groupBy("service", F.date_trunc("hour", "minute").alias("hour")).agg(*aggs)
+    cols = ("sessions_peak", "connections_peak", "bytes_per_s")
+    for col in cols:  # one aggregate per column for all three percentiles
+        aggs.append(F.percentile(col, [0.5, 0.95, 0.99]).alias(f"_{col}"))
+    out = per_minute.groupBy("service", F.date_trunc("hour", "minute").alias("hour")).agg(*aggs)
+    for col in cols:
+        for i, p in enumerate((50, 95, 99)):
+            out = out.withColumn(f"{col.removesuffix('_peak')}_p{p}", F.col(f"_{col}")[i])
+        out = out.drop(f"_{col}")
+    return out
 
 
 COMPLETE_DAY_MINUTES = 23 * 60  # a day with less coverage is a partial first or last day

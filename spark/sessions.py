@@ -54,13 +54,23 @@ ACCURACY = 10_000
 
 
 def _pcts(col: str) -> list[Column]:
-    return [F.percentile_approx(col, p, ACCURACY).alias(f"{col}_p{int(p * 100)}") for p in PERCENTILES]
+    """One sketch per column for all three percentiles (three calls would build three)."""
+    return [F.percentile_approx(col, list(PERCENTILES), ACCURACY).alias(f"_{col}_p")]
+
+
+def _unpack(df: DataFrame, cols: tuple[str, ...]) -> DataFrame:
+    out = df
+    for col in cols:
+        for i, p in enumerate(PERCENTILES):
+            out = out.withColumn(f"{col}_p{int(p * 100)}", F.col(f"_{col}_p")[i])
+        out = out.drop(f"_{col}_p")
+    return out
 
 
 def summary(facts: DataFrame) -> DataFrame:
     """Per group: sessions, happy share, pairing success rate, and the distributions' percentiles."""
     happy = F.col("outcome").isin("happy", "client")
-    return (facts.groupBy(*GROUP).agg(
+    return _unpack(facts.groupBy(*GROUP).agg(
         F.count(F.lit(1)).alias("sessions"),
         F.sum(happy.cast("long")).alias("happy"),
         F.sum(F.col("paired").cast("long")).alias("paired"),
@@ -70,7 +80,7 @@ def summary(facts: DataFrame) -> DataFrame:
         F.sum("bytes").alias("bytes"), *_pcts("bytes"))
         .withColumn("happy_rate", F.col("happy") / F.col("sessions"))
         .withColumn("pairing_rate", F.when(F.col("pairable") > 0, F.col("paired") / F.col("pairable")))
-        .drop("pairable"))
+        .drop("pairable"), ("duration", "waiting_time", "bytes"))
 
 
 def _bucket(col: Column, edges: tuple[int, ...]) -> Column:
