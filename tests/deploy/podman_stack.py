@@ -25,7 +25,6 @@ import os
 import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -356,9 +355,3 @@ class Stack:
             with contextlib.suppress(Exception):
                 out.append(f"---- {name}\n{container.logs(tail=60).decode(errors='replace')}")
         return "\n".join(out)
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -289,6 +289,7 @@ def test_notes_print_the_client_settings():
     assert "--relay-url ws://burrow.example.org:4000/v1" in notes
     assert "--transit-helper tcp:burrow.example.org:4001" in notes
     assert "https://burrow.example.org/derp" in notes
+    assert "iroh relay  https://burrow.example.org (a RelayMap URL" in notes
     assert "burrow.example.org:3478 (UDP)" in notes
     assert "burrow relay-probe https://burrow.example.org --stun-port 3478 --insecure" in notes
 

@@ -29,12 +29,12 @@ from tests.deploy.podman_stack import (
     base_image,
     build,
     cache_dir,
-    free_port,
     missing_prerequisites,
     note,
     podman_service,
     wheelhouse,
 )
+from tests.deploy.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop, pytest.mark.timeout(1500)]
 
