@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 DEFAULT_MASTER = "local[*]"
 # Whole-stage code for the wide event rows makes methods above HotSpot's 8000-byte JIT limit; let the
 # JIT compile them anyway. The parallel collector suits a batch job's throughput.
-JAVA_OPTIONS = os.environ.get("XJ", "-XX:+UseParallelGC -XX:-DontCompileHugeMethods")
+JAVA_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
 
 
 def spark_session(master: str | None = None, app_name: str = "burrow-report",
