@@ -15,7 +15,6 @@ import datetime as dt
 import io
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
@@ -64,9 +63,6 @@ ORDER = {"load_minute": ["service", "minute"], "load_hour": ["service", "hour"],
          "capacity_by_service": ["service"], "capacity_forecast": ["service", "resource", "day"]}
 # Tables that can grow with the input (a row per minute): Spark writes their CSV; the rest are collected.
 SPARK_CSV = {"load_minute"}
-# Written first, one at a time: the other tables are computed from their cached rows.
-SERIAL_FIRST = ("load_minute", "daily_peaks", "capacity_plan")
-PARALLEL_TABLES = 4  # concurrent Spark jobs for the remaining small tables
 # Tables the HTML report draws from (all small: hours, days, groups).
 REPORT_TABLES = {"load_hour": "load_hour", "session_outcomes": "outcomes", "session_summary": "summary",
                  "session_distributions": "distributions", "capacity_plan": "plan",
@@ -82,10 +78,9 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
     events = spark.read.parquet(f"{out}/events")
     tables = build_tables(events, cfg)
     collected: dict[str, list[dict]] = {}
-
-    def write(name: str) -> None:
+    for name, df in tables.items():
         t = time.monotonic()
-        df = tables[name].persist(StorageLevel.MEMORY_AND_DISK)
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
         tables[name] = df
         df = df.coalesce(1).sortWithinPartitions(*ORDER[name])
         path = f"{out}/tables/{name}"
@@ -100,18 +95,6 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
                 collected[REPORT_TABLES[name]] = rows
         res.tables[name] = path
         res.seconds[name] = time.monotonic() - t
-
-    # The tables the others are computed from go first (so their cached rows are there), then the
-    # small tables run as concurrent jobs: each costs more in fixed job overhead than in work, and
-    # concurrent jobs overlap that overhead and keep both cores busy.
-    for name in SERIAL_FIRST:
-        write(name)
-    rest = [name for name in tables if name not in SERIAL_FIRST]
-    with ThreadPoolExecutor(max_workers=PARALLEL_TABLES) as pool:
-        for f in [pool.submit(write, name) for name in rest]:
-            f.result()
-    tables = {name: tables[name] for name in ORDER}
-    res.tables = {name: res.tables[name] for name in ORDER}
     span_row = tables["daily_peaks"].agg(F.min("day"), F.max("day")).first()
     span = (span_row[0], span_row[1])
     res.events = sum(n for n in _manifest_days(spark, out).values())
