@@ -40,6 +40,7 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
 
+from benchutil import free_port  # noqa: E402
 from packet_relay_load import pump  # noqa: E402
 
 from packet_relay.protocol import frames as f  # noqa: E402
@@ -51,12 +52,6 @@ PKT = 1200
 RECV_FRAME = f.FRAME_HEADER_LEN + 32 + PKT
 BACKGROUND_PPS = 5000  # per background pair in the latency phase
 UPGRADE = b"GET /derp HTTP/1.1\r\nHost: bench\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n"
-
-
-def free_port(kind=socket.SOCK_DGRAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_relay(tmp: str, stun_port: int) -> tuple[subprocess.Popen, int]:
@@ -275,7 +270,7 @@ async def run(args) -> dict:
     ctx.verify_mode = ssl.CERT_NONE
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        stun_port = free_port()
+        stun_port = free_port(socket.SOCK_DGRAM)
         relay, port = start_relay(tmp, stun_port)
         try:
             results["memory"] = await idle_memory(port, ctx, relay.pid, args.idle)
@@ -291,7 +286,7 @@ async def run(args) -> dict:
         finally:
             relay.terminate()
             relay.wait(10)
-        coturn_port = free_port()
+        coturn_port = free_port(socket.SOCK_DGRAM)
         coturn = start_coturn(coturn_port)
         if coturn is not None:
             try:

@@ -32,30 +32,12 @@ import time
 from pathlib import Path
 
 import psutil
+from benchutil import free_port, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 CHUNK = 1 << 20
 FILE_SIZE = 64 << 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} never opened")
 
 
 def start_server(kind: str) -> tuple[subprocess.Popen, int]:
