@@ -103,7 +103,7 @@ async def run(cmd: list[str], cwd: Path, stdin: bytes = b"") -> dict:
 # connection"); (2) rarely, wormhole-william receiving text reports "decrypt message failed" with the right
 # code (not reproduced in 80 host-side repetitions, with burrow or magic-wormhole as sender).
 WILLIAM_RACES = ("use of closed network connection", "decrypt message failed")
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 8  # the race picks at random; 8 tries keep a false failure below 1 in 200
 
 
 def william_race(res: dict) -> bool:

@@ -141,7 +141,7 @@ RECEIVERS = {"python": python_receive, "william": william_receive}
 # peer's transit handshake are already buffered before william reads them, which is what the Python
 # receiver causes (it answers `ok` at once); the sender then fails with "use of closed network
 # connection" (a *local* close). The relay is not involved, so such an attempt is retried with a new
-# code, at most three times; any other failure fails the test.
+# code, at most seven times; any other failure fails the test.
 WILLIAM_SELF_CLOSE = "use of closed network connection"
 
 
@@ -170,7 +170,7 @@ def _transfer(box, tmp_path, sender, receiver, attempt):
 @pytest.mark.parametrize("sender,receiver", [("python", "python"), ("william", "william"),
                                              ("william", "python"), ("python", "william")])
 def test_file_through_our_relay(sandbox, tmp_path, sender, receiver):
-    for attempt in range(4):
+    for attempt in range(8):  # the race picks at random: 8 tries keep false failures rare
         before = _happy_lines(sandbox.event_log)
         src, got, (r_rc, r_out), (s_rc, s_out) = _transfer(sandbox, tmp_path, sender, receiver, attempt)
         if not (sender == "william" and s_rc and WILLIAM_SELF_CLOSE in s_out):
