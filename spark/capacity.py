@@ -46,10 +46,14 @@ class CapacityConfig:
     services: dict[str, NodeCapacity] = field(default_factory=lambda: dict(DEFAULTS))
 
 
+# Per-node defaults from our benchmarks on a 2-core node (README "Performance"), rounded down:
+# mailbox: 490 pairs/s at ~2 KB of message bodies each (~1 MB/s), 4.9 KiB per idle connection;
+# transit: 2.2-2.5 GB/s relayed, the default caps of 10,000 pairs and 30,000 connections;
+# relay: 1.9-2.4 Gbit/s of 1200-byte packets on one core (~240 MB/s), 18 KiB per idle TLS connection.
 DEFAULTS: dict[str, NodeCapacity] = {
-    "mailbox": NodeCapacity(nodes=1, sessions=10_000, connections=20_000, bytes_per_s=20e6),
-    "transit": NodeCapacity(nodes=1, sessions=5_000, connections=10_000, bytes_per_s=100e6),
-    "relay": NodeCapacity(nodes=1, sessions=10_000, connections=10_000, bytes_per_s=100e6),
+    "mailbox": NodeCapacity(nodes=1, sessions=20_000, connections=40_000, bytes_per_s=1e6),
+    "transit": NodeCapacity(nodes=1, sessions=10_000, connections=20_000, bytes_per_s=2e9),
+    "relay": NodeCapacity(nodes=1, sessions=50_000, connections=50_000, bytes_per_s=240e6),
 }
 
 
