@@ -178,14 +178,7 @@ class MailboxCore:
         if s.did_release:
             raise m.ProtocolError(m.ONE_RELEASE)
         r = m.Release.decode(msg)
-        if r.given:
-            if s.nameplate is not None and r.nameplate != s.nameplate:
-                raise m.ProtocolError(m.RELEASE_SAME)
-            name = r.nameplate
-        else:
-            if s.nameplate is None:
-                raise m.ProtocolError(m.RELEASE_FOLLOW)
-            name = s.nameplate
+        name = _named_or_current(r.given, r.nameplate, s.nameplate, m.RELEASE_SAME, m.RELEASE_FOLLOW)
         s.did_release = True
         app = s.app
         np = app.nameplates.get(name) if isinstance(name, str) else None
@@ -241,14 +234,7 @@ class MailboxCore:
         if s.did_close:
             raise m.ProtocolError(m.ONE_CLOSE)
         c = m.Close.decode(msg)
-        if c.given:
-            if s.mailbox_id is not None and c.mailbox != s.mailbox_id:
-                raise m.ProtocolError(m.CLOSE_SAME)
-            mailbox_id = c.mailbox
-        else:
-            if s.mailbox_id is None:
-                raise m.ProtocolError(m.CLOSE_FOLLOW)
-            mailbox_id = s.mailbox_id
+        mailbox_id = _named_or_current(c.given, c.mailbox, s.mailbox_id, m.CLOSE_SAME, m.CLOSE_FOLLOW)
         if not isinstance(mailbox_id, str):
             raise m.FatalProtocolError(m.BAD_MAILBOX)
         if not m.text_ok(mailbox_id):
@@ -415,3 +401,15 @@ _HANDLERS: dict[str, Callable[..., None]] = {
     "release": MailboxCore._release, "open": MailboxCore._open, "add": MailboxCore._add,
     "close": MailboxCore._close,
 }
+
+
+def _named_or_current(given: bool, named: Any, current: str | None, same_error: str, follow_error: str) -> Any:
+    """`release`/`close` may name their nameplate/mailbox; it must then match this connection's claim
+    or open, and without a name there must be one to follow (the reference's rules and strings)."""
+    if given:
+        if current is not None and named != current:
+            raise m.ProtocolError(same_error)
+        return named
+    if current is None:
+        raise m.ProtocolError(follow_error)
+    return current

@@ -41,6 +41,16 @@ def open_sealed(my_private: bytes, their_public: bytes, sealed: bytes) -> bytes:
         raise HandshakeError("cannot open the sealed handshake box") from exc
 
 
+def _json_object(raw: bytes, what: str) -> dict:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HandshakeError(f"{what} JSON does not parse") from exc
+    if not isinstance(obj, dict):
+        raise HandshakeError(f"{what} JSON is not an object")
+    return obj
+
+
 @dataclass(frozen=True)
 class ClientInfoJSON:
     """Field names as Tailscale's client sends them; unknown fields are ignored."""
@@ -66,12 +76,7 @@ class ClientInfoJSON:
 
     @classmethod
     def from_json(cls, raw: bytes) -> ClientInfoJSON:
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HandshakeError("ClientInfo JSON does not parse") from exc
-        if not isinstance(obj, dict):
-            raise HandshakeError("ClientInfo JSON is not an object")
+        obj = _json_object(raw, "ClientInfo")
         version = obj.get("version", 0)
         mesh = obj.get("meshKey")
         app = obj.get("AppName")
@@ -100,12 +105,7 @@ class ServerInfoJSON:
 
     @classmethod
     def from_json(cls, raw: bytes) -> ServerInfoJSON:
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HandshakeError("ServerInfo JSON does not parse") from exc
-        if not isinstance(obj, dict):
-            raise HandshakeError("ServerInfo JSON is not an object")
+        obj = _json_object(raw, "ServerInfo")
 
         def num(name: str) -> int:
             v = obj.get(name, 0)
