@@ -4,6 +4,8 @@ Runs the reference mailbox + transit relay (or ours with --servers burrow) on 12
 client pair and mode (direct; relay forced with --no-listen on both sides) sends one file and measures:
   * MB/s: file size / (time the receiver's output reached full size - time its first byte appeared),
     sampled every POLL seconds from the receiving directory (the same method for both clients);
+  * end-to-end seconds: from starting the receiver (the sender is already waiting) until it exits, so
+    start-up, code exchange, connection race, the transfer and the closing acknowledgement all count;
   * CPU seconds (user+sys) of the sender and receiver processes (from wait4 rusage, startup included).
 Prints a Markdown table with the burrow / magic-wormhole ratios.
 
@@ -55,6 +57,7 @@ def commands(client: str, relay: str, transit: str, code: str, src: Path, relay_
 
 def wait_rusage(proc: subprocess.Popen, out: dict, key: str) -> None:
     _, status, ru = os.wait4(proc.pid, 0)
+    out[key + "_exit"] = time.monotonic()
     proc.returncode = os.waitstatus_to_exitcode(status)
     out[key] = ru.ru_utime + ru.ru_stime
 
@@ -71,6 +74,7 @@ def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: i
     ts = threading.Thread(target=wait_rusage, args=(ps, cpu, "send"))
     ts.start()
     time.sleep(0.5)
+    launched = time.monotonic()
     pr = subprocess.Popen(recv, cwd=rdir, stdout=logs, stderr=logs, stdin=subprocess.DEVNULL)
     tr = threading.Thread(target=wait_rusage, args=(pr, cpu, "recv"))
     tr.start()
@@ -94,8 +98,10 @@ def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: i
     full = full or end
     ok = pr.returncode == 0 and ps.returncode == 0 and (rdir / src.name).stat().st_size == size
     secs = (full - first) if first else float("nan")
+    e2e = cpu.get("recv_exit", end) - launched
     return {"client": client, "mode": "relay" if relay_only else "direct", "ok": ok, "seconds": secs,
-            "mbps": size / secs / 1e6 if first else 0.0, "cpu_send": cpu.get("send", 0.0),
+            "mbps": size / secs / 1e6 if first else 0.0, "e2e": e2e, "e2e_mbps": size / e2e / 1e6,
+            "cpu_send": cpu.get("send", 0.0),
             "cpu_recv": cpu.get("recv", 0.0)}
 
 
@@ -143,11 +149,11 @@ def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0)
     load = os.getloadavg()[0]
     print(f"\n{size_mib} MiB file over loopback, best of {repeat} (load average {load:.1f} on {os.cpu_count()} "
           f"CPUs at the end)\n")
-    print("| mode | client | MB/s | seconds | CPU s sender | CPU s receiver | ok |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print("| mode | client | MB/s | seconds | end-to-end s | end-to-end MB/s | CPU s sender | CPU s receiver | ok |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['client']} | {r['mbps']:.0f} | {r['seconds']:.2f} | {r['cpu_send']:.2f} | "
-              f"{r['cpu_recv']:.2f} | {'yes' if r['ok'] else 'NO'} |")
+        print(f"| {r['mode']} | {r['client']} | {r['mbps']:.0f} | {r['seconds']:.2f} | {r['e2e']:.2f} | "
+              f"{r['e2e_mbps']:.0f} | {r['cpu_send']:.2f} | {r['cpu_recv']:.2f} | {'yes' if r['ok'] else 'NO'} |")
     print()
     for mode in ("direct", "relay"):
         by = {r["client"]: r for r in rows if r["mode"] == mode}
@@ -155,7 +161,8 @@ def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0)
             b, w = by["burrow"], by["wormhole"]
             cpu_b = b["cpu_send"] + b["cpu_recv"]
             cpu_w = w["cpu_send"] + w["cpu_recv"]
-            print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x; "
+            print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x streaming, "
+                  f"{b['e2e_mbps'] / w['e2e_mbps']:.2f}x end to end; "
                   f"CPU seconds burrow {cpu_b:.2f} vs magic-wormhole {cpu_w:.2f}")
 
 

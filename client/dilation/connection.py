@@ -50,7 +50,7 @@ class Open:
 class Data:
     scid: int
     seqnum: int
-    data: bytes
+    data: bytes | memoryview  # inbound payloads of multi-message frames are read-only views
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +111,9 @@ class RecordCodec:
             if len(p) < 9:
                 raise RecordError("short DATA record")
             _, scid, seq = _B_U32x2.unpack_from(p)
-            return Data(scid, seq, p[9:])
+            return Data(scid, seq, p[9:])  # a large record's payload stays a view of its plaintext buffer
+        if isinstance(p, memoryview):
+            p = bytes(p)
         if tag == self.ack:
             if len(p) != 5:
                 raise RecordError("bad ACK length")

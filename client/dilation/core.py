@@ -210,9 +210,9 @@ class Dilation:
         resend = self.outbound.unacked()
         self.counters["resent"] += len(resend)
         if resend:
-            enc = p.attempt.encrypt_pieces
+            seal = p.attempt.seal
             for r in resend:
-                p.transport.writelines(enc(r))
+                p.transport.write(seal(r))
         now = self._loop.time()
         self._keepalive = Keepalive(leader=bool(self.manager.leader), interval=self._ping_interval, now=now,
                                     version=self.codec.version)
@@ -352,12 +352,16 @@ class Dilation:
     def subchannel_write(self, scid: int, data: bytes) -> None:
         """Queue app bytes as DATA records (L4 keeps them until acknowledged) and send them if connected."""
         step = self.max_record_payload
-        chunks = [data] if len(data) <= step else [data[i : i + step] for i in range(0, len(data), step)]
+        if len(data) <= step:
+            chunks = [data]
+        else:  # views of the (immutable) bytes: L4 keeps them until acknowledged, nothing is copied
+            view = memoryview(data)
+            chunks = [view[i : i + step] for i in range(0, len(data), step)]
         p = self.connection
         for chunk in chunks:
             rec = self.mux.write(scid, chunk)
             if p is not None and not p.closed:
-                p.transport.writelines(p.attempt.encrypt_pieces(rec))
+                p.transport.write(p.attempt.seal(rec))
         if self.outbound.full:
             self._writable.clear()
 

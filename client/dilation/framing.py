@@ -50,10 +50,6 @@ def frame(payload: bytes) -> bytes:
     return _LEN.pack(len(payload)) + payload
 
 
-def frame_header(length: int) -> bytes:
-    return _LEN.pack(length)
-
-
 @dataclass(frozen=True, slots=True)
 class RelayOK:
     pass

@@ -49,6 +49,17 @@ class _Cipher:
         except InvalidTag:
             raise NoiseError("bad Noise transport message") from None
 
+    # The *_into forms write into a slice of a caller's buffer: a large record is sealed straight into its
+    # frame and opened straight into one plaintext buffer, with no per-piece bytes objects to join.
+    def encrypt_into(self, plaintext, out: memoryview) -> None:
+        self._aead.encrypt_into(self._nonce(), plaintext, None, out)
+
+    def decrypt_into(self, ciphertext, out: memoryview) -> None:
+        try:
+            self._aead.decrypt_into(self._nonce(), ciphertext, None, out)
+        except InvalidTag:
+            raise NoiseError("bad Noise transport message") from None
+
 
 class NoiseSession:
     def __init__(self, dilation_key: bytes, *, leader: bool):
@@ -116,25 +127,40 @@ class NoiseSession:
             for i in range(0, len(plaintext), NOISE_MAX_PAYLOAD)
         )
 
-    def encrypt_pieces(self, head: bytes, body: bytes) -> list[bytes]:
-        """Like encrypt(head + body) but without building the concatenation: the Noise messages of one
-        frame, in order (the caller writes them together; see connection framing)."""
+    def seal_frame(self, head: bytes, body) -> bytearray:
+        """The whole frame of encrypt(head + body): 4-byte length, then the Noise messages, written into
+        one buffer (the caller hands it to the transport in one write)."""
         assert self._send is not None, "handshake not finished"
         total = len(head) + len(body)
-        if total <= NOISE_MAX_PAYLOAD:
-            return [self._send.encrypt(head + body)]
-        view = memoryview(body)
-        first = NOISE_MAX_PAYLOAD - len(head)
-        out = [self._send.encrypt(head + body[:first])]
-        out += [self._send.encrypt(view[i : i + NOISE_MAX_PAYLOAD]) for i in range(first, len(body), NOISE_MAX_PAYLOAD)]
+        pieces = max(1, -(-total // NOISE_MAX_PAYLOAD))
+        size = total + 16 * pieces
+        out = bytearray(4 + size)
+        out[:4] = size.to_bytes(4, "big")
+        view, src = memoryview(out), memoryview(body)
+        first = min(NOISE_MAX_PAYLOAD - len(head), len(body))
+        pos = 4 + len(head) + first + 16
+        self._send.encrypt_into(head + bytes(src[:first]), view[4:pos])
+        for i in range(first, len(body), NOISE_MAX_PAYLOAD):
+            piece = src[i : i + NOISE_MAX_PAYLOAD]
+            self._send.encrypt_into(piece, view[pos : pos + len(piece) + 16])
+            pos += len(piece) + 16
         return out
 
-    def decrypt(self, payload: bytes) -> bytes:
+    def decrypt(self, payload) -> bytes | memoryview:
+        """One frame payload -> the record plaintext. A frame of several Noise messages is opened into one
+        buffer and returned as a memoryview of it (no join, no copy)."""
         assert self._recv is not None, "handshake not finished"
-        if len(payload) <= NOISE_MAX_CIPHERTEXT:
+        size = len(payload)
+        if size <= NOISE_MAX_CIPHERTEXT:
             return self._recv.decrypt(payload)
+        pieces = -(-size // NOISE_MAX_CIPHERTEXT)
+        if size - (pieces - 1) * NOISE_MAX_CIPHERTEXT < 16:  # the last message is shorter than its tag
+            raise NoiseError("bad Noise transport message")
+        out = memoryview(bytearray(size - 16 * pieces))
         view = memoryview(payload)
-        return b"".join(
-            self._recv.decrypt(view[i : i + NOISE_MAX_CIPHERTEXT])
-            for i in range(0, len(payload), NOISE_MAX_CIPHERTEXT)
-        )
+        pos = 0
+        for i in range(0, size, NOISE_MAX_CIPHERTEXT):
+            piece = view[i : i + NOISE_MAX_CIPHERTEXT]
+            self._recv.decrypt_into(piece, out[pos : pos + len(piece) - 16])
+            pos += len(piece) - 16
+        return out

@@ -24,7 +24,6 @@ from .framing import (
     PrologueOK,
     RelayOK,
     frame,
-    frame_header,
     prologues,
     relay_handshake,
 )
@@ -74,15 +73,11 @@ class Attempt:
     def encrypt(self, record: Record) -> bytes:
         return frame(self._noise.encrypt(self.codec.encode(record)))
 
-    def encrypt_pieces(self, record: Record) -> list[bytes]:
-        """The frame of `record` as a list of byte strings (for transport.writelines); DATA payloads are
-        encrypted in place of being copied into one plaintext first."""
+    def seal(self, record: Record) -> bytes | bytearray:
+        """The frame of `record`, ready to write; DATA payloads are encrypted straight into the frame."""
         if isinstance(record, Data):
-            pieces = self._noise.encrypt_pieces(self.codec.encode_data_header(record.scid, record.seqnum),
-                                                record.data)
-        else:
-            pieces = [self._noise.encrypt(self.codec.encode(record))]
-        return [frame_header(sum(map(len, pieces))), *pieces]
+            return self._noise.seal_frame(self.codec.encode_data_header(record.scid, record.seqnum), record.data)
+        return self.encrypt(record)
 
     def feed(self, data: bytes) -> tuple[bytes, list[Viable | Selected | Record]]:
         """Returns (bytes to write, events/records). Raises ProtocolError: drop the connection."""

@@ -1,13 +1,14 @@
 """Subchannel stream objects: an asyncio.StreamReader and a StreamWriter-like writer.
 
-The reader is a real asyncio.StreamReader whose "transport" is the subchannel: when its buffer passes twice
-its limit it asks the Dilation core to pause the L2 connection, and resumes it once drained. The writer
+The reader is a real asyncio.StreamReader whose "transport" is the subchannel: when what it holds passes
+twice its limit it asks the Dilation core to pause the L2 connection, and resumes it once drained. The writer
 queues DATA records; `drain()` waits while the connection is full (see aio.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from .errors import SubchannelClosed
 
@@ -26,10 +27,71 @@ class _ReadControl:
 
 
 class SubchannelReader(asyncio.StreamReader):
+    """StreamReader with a fast path for bulk reads: DATA payloads queue as they arrived and `read(n)` hands
+    the next one over (one copy into the bytes it returns) instead of appending every payload to the
+    StreamReader's bytearray and slicing it out again. readexactly/readuntil/readline first move the queue
+    into that bytearray and then behave exactly as StreamReader's."""
+
     def __init__(self, core, scid: int, *, limit: int):
         super().__init__(limit=limit)
         self.scid = scid
+        self._chunks: deque = deque()
+        self._queued = 0  # bytes in _chunks
         self.set_transport(_ReadControl(core, scid))
+
+    def feed_data(self, data) -> None:
+        assert not self._eof, "feed_data after feed_eof"
+        if not data:
+            return
+        self._chunks.append(data)
+        self._queued += len(data)
+        self._wakeup_waiter()
+        if not self._paused and self._queued + len(self._buffer) > 2 * self._limit:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def _maybe_resume_transport(self) -> None:
+        if self._paused and self._queued + len(self._buffer) <= self._limit:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def _take_chunks(self) -> None:
+        """Slow path: move the queued payloads into StreamReader's own buffer."""
+        while self._chunks:
+            self._buffer.extend(self._chunks.popleft())
+        self._queued = 0
+
+    async def _wait_for_data(self, func_name: str) -> None:
+        await super()._wait_for_data(func_name)
+        self._take_chunks()  # StreamReader's own loops look only at its buffer
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._buffer and not self._chunks
+
+    async def read(self, n: int = -1) -> bytes:
+        if self._exception is not None:
+            raise self._exception
+        if n > 0 and not self._buffer:
+            if not self._chunks and not self._eof:
+                await super()._wait_for_data("read")  # not ours: keep what arrives queued
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                if len(chunk) > n:
+                    self._chunks.appendleft(chunk[n:])
+                    chunk = chunk[:n]
+                self._queued -= len(chunk)
+                self._maybe_resume_transport()
+                return bytes(chunk)
+        self._take_chunks()
+        return await super().read(n)
+
+    async def readexactly(self, n: int) -> bytes:
+        self._take_chunks()
+        return await super().readexactly(n)
+
+    async def readuntil(self, separator: bytes = b"\n") -> bytes:
+        self._take_chunks()
+        return await super().readuntil(separator)
 
 
 class SubchannelWriter:
