@@ -27,8 +27,8 @@ class _ReadControl:
 
 
 class SubchannelReader(asyncio.StreamReader):
-    """StreamReader with a fast path for bulk reads: DATA payloads queue as they arrived and `read(n)` hands
-    the next one over (one copy into the bytes it returns) instead of appending every payload to the
+    """StreamReader with a fast path for bulk reads: DATA payloads queue as they arrived and `read(n)` joins
+    up to n bytes of them into the bytes it returns (one copy) instead of appending every payload to the
     StreamReader's bytearray and slicing it out again. readexactly/readuntil/readline first move the queue
     into that bytearray and then behave exactly as StreamReader's."""
 
@@ -75,15 +75,24 @@ class SubchannelReader(asyncio.StreamReader):
             if not self._chunks and not self._eof:
                 await super()._wait_for_data("read")  # not ours: keep what arrives queued
             if self._chunks:
-                chunk = self._chunks.popleft()
-                if len(chunk) > n:
-                    self._chunks.appendleft(chunk[n:])
-                    chunk = chunk[:n]
-                self._queued -= len(chunk)
+                data = self._take_up_to(n)
                 self._maybe_resume_transport()
-                return bytes(chunk)
+                return data
         self._take_chunks()
         return await super().read(n)
+
+    def _take_up_to(self, n: int) -> bytes:
+        """Up to n queued bytes (as StreamReader.read gives), copied once into the bytes returned."""
+        chunks, parts, size = self._chunks, [], 0
+        while chunks and size < n:
+            chunk = chunks.popleft()
+            if size + len(chunk) > n:
+                chunks.appendleft(chunk[n - size :])
+                chunk = chunk[: n - size]
+            parts.append(chunk)
+            size += len(chunk)
+        self._queued -= size
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     async def readexactly(self, n: int) -> bytes:
         self._take_chunks()

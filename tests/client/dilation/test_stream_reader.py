@@ -35,13 +35,14 @@ async def test_mixed_reads_return_the_stream_in_order():
     assert r.at_eof()
 
 
-async def test_read_hands_over_one_payload_and_splits_a_large_one():
+async def test_read_returns_up_to_n_of_what_is_queued_like_streamreader():
     r = SubchannelReader(FlowLog(), 1, limit=1 << 20)
     r.feed_data(b"a" * 10)
-    r.feed_data(b"b" * 10)
-    assert await r.read(100) == b"a" * 10  # one payload per read, never merged
-    assert await r.read(4) == b"bbbb"
-    assert await r.read(100) == b"b" * 6
+    r.feed_data(memoryview(b"b" * 10))
+    r.feed_data(b"c" * 10)
+    assert await r.read(15) == b"a" * 10 + b"b" * 5  # across payloads, cut inside one
+    assert await r.read(3) == b"bbb"
+    assert await r.read(100) == b"bb" + b"c" * 10
     assert not r.at_eof()
 
 
