@@ -1,6 +1,6 @@
 """Dilation benchmark: burrow <-> burrow against magic-wormhole 0.24 <-> magic-wormhole 0.24, same run.
 
-Run: .venv/bin/python bench/dilation.py [--mb 100] [--repeat 2] [--servers reference|burrow] [--cases direct,relay]
+Run: .venv/bin/python bench/dilation.py [--mb 1000] [--repeat 2] [--servers reference|burrow] [--cases direct,relay]
 
 Each case starts two peer processes (so each side has its own interpreter, as in real use) through one
 mailbox and transit relay on 127.0.0.1: the receiver listens for subprotocol "up", the sender opens 1 or 8
@@ -146,7 +146,7 @@ async def run_case(impl: str, servers, *, relay: bool, subchannels: int, total: 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mb", type=int, default=100, help="MB per case (default 100)")
+    ap.add_argument("--mb", type=int, default=1000, help="MB per case (default 1000: a sustained rate)")
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
     ap.add_argument("--cases", default="direct,relay")
     ap.add_argument("--subchannels", default="1,8")

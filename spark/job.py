@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from . import capacity, fs, load, report, sessions
 from .capacity import CapacityConfig
@@ -35,20 +34,26 @@ class ReportResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def build_tables(events: DataFrame, cfg: CapacityConfig) -> dict[str, DataFrame]:
-    """Every result table from the events dataset (lazy; the caller caches what it reuses)."""
+def build_tables(events: DataFrame, cfg: CapacityConfig, held: list[DataFrame] | None = None) -> dict[str, DataFrame]:
+    """Every result table from the events dataset (lazy). Intermediate results that several tables
+    share are persisted and appended to `held` for the caller to unpersist."""
+    held = [] if held is None else held
     per_minute = load.load_per_minute(events).persist(StorageLevel.MEMORY_AND_DISK)
     daily = load.daily_peaks(per_minute).persist(StorageLevel.MEMORY_AND_DISK)
-    facts = sessions.session_facts(events)  # a cheap Parquet scan each time; caching it costs more
+    facts = sessions.session_facts(events)
+    # two passes over the sessions serve the four session tables (both results are small)
+    cube = sessions.session_cube(facts).persist(StorageLevel.MEMORY_AND_DISK)
+    stats = sessions.group_stats(facts).persist(StorageLevel.MEMORY_AND_DISK)
     plan = capacity.plan(daily, cfg).persist(StorageLevel.MEMORY_AND_DISK)
+    held += [per_minute, daily, cube, stats, plan]
     return {
         "load_minute": per_minute,
         "load_hour": load.load_per_hour(per_minute),
         "daily_peaks": daily,
-        "session_outcomes": sessions.outcomes(facts),
-        "session_summary": sessions.summary(facts),
-        "session_distributions": sessions.distributions(facts),
-        "session_daily": sessions.daily(facts),
+        "session_outcomes": sessions.outcomes_of(cube),
+        "session_summary": sessions.summary_of(stats),
+        "session_distributions": sessions.distributions_of(cube),
+        "session_daily": sessions.daily_of(stats),
         "capacity_plan": plan,
         "capacity_by_service": capacity.plan_by_service(plan),
         "capacity_forecast": capacity.forecast(daily, cfg),
@@ -75,33 +80,14 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
     res = ReportResult(ingest=ingest(spark, logs, out, log=log))
     log(f"ingest: {res.ingest.summary()}")
     res.seconds["ingest"] = time.monotonic() - t0
-    events = spark.read.parquet(f"{out}/events")
-    tables = build_tables(events, cfg)
-    collected: dict[str, list[dict]] = {}
-    for name, df in tables.items():
-        t = time.monotonic()
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
-        tables[name] = df
-        df = df.coalesce(1).sortWithinPartitions(*ORDER[name])
-        path = f"{out}/tables/{name}"
-        df.write.mode("overwrite").parquet(path)
-        if name in SPARK_CSV:
-            df.write.mode("overwrite").option("header", True).csv(path + ".csv.parts")
-            fs.single_file(spark, path + ".csv.parts", ".csv", path + ".csv")
-        else:  # small: one collect serves the CSV and the report
-            rows = [r.asDict() for r in df.collect()]
-            fs.write_text(spark, path + ".csv", to_csv(df.columns, rows))
-            if name in REPORT_TABLES:
-                collected[REPORT_TABLES[name]] = rows
-        res.tables[name] = path
-        res.seconds[name] = time.monotonic() - t
-    span_row = tables["daily_peaks"].agg(F.min("day"), F.max("day")).first()
-    span = (span_row[0], span_row[1])
+    collected = write_tables(spark, spark.read.parquet(f"{out}/events"), out, cfg, res)
+    days = [r["day"] for r in collected.pop("daily_peaks")]
     res.events = sum(n for n in _manifest_days(spark, out).values())
     meta = {"generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "logs": logs,
-            "events": res.events, "first_day": span[0], "last_day": span[1], "ingest": res.ingest.summary(),
-            "rejected": res.ingest.rejected, "unknown_versions": res.ingest.unknown_versions,
-            "headroom": cfg.headroom, "horizon_days": cfg.horizon_days}
+            "events": res.events, "first_day": min(days, default=None), "last_day": max(days, default=None),
+            "ingest": res.ingest.summary(), "rejected": res.ingest.rejected,
+            "unknown_versions": res.ingest.unknown_versions, "headroom": cfg.headroom,
+            "horizon_days": cfg.horizon_days}
     html = report.render({"meta": meta, **collected})
     res.html = f"{out}/report.html"
     if "://" in out or out.startswith(("file:", "hdfs:", "s3a:", "gs:", "abfs:")):
@@ -110,10 +96,38 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
         os.makedirs(out, exist_ok=True)
         with open(res.html, "w", encoding="utf-8") as fh:
             fh.write(html)
-    for df in tables.values():
-        df.unpersist()
     res.seconds["total"] = time.monotonic() - t0
     return res
+
+
+def write_tables(spark: SparkSession, events: DataFrame, out: str, cfg: CapacityConfig,
+                 res: ReportResult) -> dict[str, list[dict]]:
+    """Every table to Parquet + CSV; returns the rows of the report's tables (and daily_peaks)."""
+    held: list[DataFrame] = []
+    tables = build_tables(events, cfg, held)
+    collected: dict[str, list[dict]] = {}
+    try:
+        for name, df in tables.items():
+            t = time.monotonic()
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)
+            held.append(df)
+            df = df.coalesce(1).sortWithinPartitions(*ORDER[name])
+            path = f"{out}/tables/{name}"
+            df.write.mode("overwrite").parquet(path)
+            if name in SPARK_CSV:
+                df.write.mode("overwrite").option("header", True).csv(path + ".csv.parts")
+                fs.single_file(spark, path + ".csv.parts", ".csv", path + ".csv")
+            else:  # small: one collect serves the CSV and the report
+                rows = [r.asDict() for r in df.collect()]
+                fs.write_text(spark, path + ".csv", to_csv(df.columns, rows))
+                if name in REPORT_TABLES or name == "daily_peaks":
+                    collected[REPORT_TABLES.get(name, name)] = rows
+            res.tables[name] = path
+            res.seconds[name] = time.monotonic() - t
+    finally:
+        for df in held:
+            df.unpersist()
+    return collected
 
 
 def to_csv(columns: list[str], rows: list[dict]) -> str:

@@ -27,8 +27,31 @@ from pyspark.sql import functions as F
 MINUTE = 60
 
 
+# The three services as small codes, and (service, minute) as one long: sorting, shuffling and joining on
+# one number is much cheaper than on a string and a number.
+SERVICES = ("mailbox", "transit", "relay")
+KEY_BITS = 40  # minutes since the epoch fit in 39 bits (either sign) for a million years
+
+
+def _service_code(svc: Column) -> Column:
+    return F.when(svc == SERVICES[0], 0).when(svc == SERVICES[1], 1).otherwise(2)
+
+
+def _service_name(code: Column) -> Column:
+    return F.when(code == 0, SERVICES[0]).when(code == 1, SERVICES[1]).otherwise(SERVICES[2])
+
+
+def _key(code: Column, minute: Column) -> Column:
+    return F.shiftleft(code.cast("long"), KEY_BITS) + minute
+
+
+def _code_of(key: Column) -> Column:
+    return F.shiftright(key + (1 << (KEY_BITS - 1)), KEY_BITS)
+
+
 def intervals(events: DataFrame) -> DataFrame:
-    """Events -> (service, start, end, w_sess, w_conn, bytes): one row per occupied interval.
+    """Events -> (svc, start, end, w_sess, w_conn, bytes): one row per occupied interval, `svc` the
+    service's index in SERVICES.
 
     One scan: each event yields its own interval and, for a paired transit session, the second
     connection's; an explode of that two-element array keeps the plan free of unions."""
@@ -47,8 +70,8 @@ def intervals(events: DataFrame) -> DataFrame:
         (F.col("started") + F.col("waiting_time")).alias("start"), end.alias("end"), F.lit(0).alias("w_sess"),
         F.lit(1).alias("w_conn"), F.lit(0.0).alias("bytes")))
     return (events.where(is_mailbox | is_conn | is_transit | is_relay)
-            .select("service", F.explode(F.array(first, second)).alias("i"))
-            .where(F.col("i").isNotNull()).select("service", "i.*"))
+            .select(_service_code(svc).alias("svc"), F.explode(F.array(first, second)).alias("i"))
+            .where(F.col("i").isNotNull()).select("svc", "i.*"))
 
 
 def _minute_of(t: Column) -> Column:
@@ -58,22 +81,17 @@ def _minute_of(t: Column) -> Column:
 def _peaks(iv: DataFrame) -> DataFrame:
     """Exact in-minute maxima: a sweep of +w at start and -w at end. The running sum over a RANGE
     frame applies every step at the same instant together, so each prefix is a real concurrency."""
-    steps = iv.select("service", F.explode(F.array(
+    steps = iv.select("svc", F.explode(F.array(
         F.struct(F.col("start").alias("t"), F.col("w_sess").alias("ds"), F.col("w_conn").alias("dc"),
                  F.col("w_sess").alias("st")),
         F.struct(F.col("end").alias("t"), (-F.col("w_sess")).alias("ds"), (-F.col("w_conn")).alias("dc"),
-                 F.lit(0).alias("st")))).alias("s")).select("service", "s.*")
-    steps = steps.withColumn("minute", _minute_of(F.col("t")))
-    w = (Window.partitionBy("service", "minute").orderBy("t")
-         .rangeBetween(Window.unboundedPreceding, Window.currentRow))
-    return (steps.select("service", "minute", "t", "ds", "dc", "st",
-                         F.sum("ds").over(w).alias("ps"), F.sum("dc").over(w).alias("pc"))
-            .groupBy("service", "minute")
+                 F.lit(0).alias("st")))).alias("s")).select("svc", "s.*")
+    steps = steps.select(_key(F.col("svc"), _minute_of(F.col("t"))).alias("key"), "t", "ds", "dc", "st")
+    w = Window.partitionBy("key").orderBy("t").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    return (steps.select("key", "t", "ds", "dc", "st", F.sum("ds").over(w).alias("ps"), F.sum("dc").over(w).alias("pc"))
+            .groupBy("key")
             .agg(F.sum("ds").alias("net_s"), F.sum("dc").alias("net_c"), F.max("ps").alias("max_ps"),
-                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"),
-                 # the level carried in from the previous minute is only reached if nothing happens
-                 # exactly at the minute's first instant
-                 (F.min("t") > F.col("minute") * MINUTE).alias("carry")))
+                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"), F.min("t").alias("t_first")))
 
 
 def _spread(iv: DataFrame) -> DataFrame:
@@ -85,7 +103,7 @@ def _spread(iv: DataFrame) -> DataFrame:
     overlap = F.greatest(hi - lo, F.lit(0.0))
     share = F.when(length > 0, F.col("bytes") * overlap / length).otherwise(F.col("bytes"))
     return (iv.select("*", F.explode(F.sequence(_minute_of(F.col("start")), _minute_of(F.col("end")))).alias("m"))
-            .groupBy("service", F.col("m").alias("minute"))
+            .groupBy(_key(F.col("svc"), m).alias("key"))
             .agg(F.sum(overlap * F.col("w_sess")).alias("sess_s"), F.sum(overlap * F.col("w_conn")).alias("conn_s"),
                  F.sum(share).alias("bytes")))
 
@@ -100,16 +118,21 @@ def load_per_minute(events: DataFrame) -> DataFrame:
     iv = intervals(events).where(F.col("end") >= F.col("start"))
     peaks = _peaks(iv)
     spread = _spread(iv)
-    grid = (iv.groupBy("service").agg(F.min(_minute_of(F.col("start"))).alias("lo"),
-                                      F.max(_minute_of(F.col("end"))).alias("hi"))
-            .select("service", F.explode(F.sequence("lo", "hi")).alias("minute")))
-    table = (grid.join(peaks, ["service", "minute"], "left").join(spread, ["service", "minute"], "left")
-             .fillna(0).fillna(True, subset=["carry"]))
-    before = Window.partitionBy("service").orderBy("minute").rowsBetween(Window.unboundedPreceding, -1)
+    # every interval has a step in its first and its last minute, so the peaks' keys span the grid
+    # (no third pass over the intervals)
+    grid = (peaks.groupBy(_code_of(F.col("key")).alias("svc")).agg(F.min("key").alias("lo"), F.max("key").alias("hi"))
+            .select("svc", F.explode(F.sequence("lo", "hi")).alias("key")))
+    table = (grid.join(peaks, "key", "left").join(spread, "key", "left")
+             .withColumn("minute", F.col("key") - F.shiftleft(F.col("svc"), KEY_BITS))
+             # the level carried in from the previous minute is only reached if nothing happens
+             # exactly at the minute's first instant
+             .withColumn("carry", F.coalesce(F.col("t_first") > F.col("minute") * MINUTE, F.lit(True)))
+             .fillna(0))
+    before = Window.partitionBy("svc").orderBy("key").rowsBetween(Window.unboundedPreceding, -1)
     level_s = F.coalesce(F.sum("net_s").over(before), F.lit(0))
     level_c = F.coalesce(F.sum("net_c").over(before), F.lit(0))
     return (table.select(
-        "service",
+        _service_name(F.col("svc")).alias("service"),
         F.timestamp_seconds(F.col("minute") * MINUTE).alias("minute"),
         (level_s + _with_carry("max_ps")).cast("long").alias("sessions_peak"),
         (F.col("sess_s") / MINUTE).alias("sessions_avg"),

@@ -10,7 +10,7 @@ App ids exist only on the mailbox; other services group under a null app id.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 # Histogram bucket lower bounds; each bucket is [edge, next edge).
@@ -38,51 +38,6 @@ def session_facts(events: DataFrame) -> DataFrame:
                     paired.alias("paired"), nbytes.cast("long").alias("bytes")))
 
 
-def outcomes(facts: DataFrame) -> DataFrame:
-    """service, kind, app_id, outcome, sessions, share (of the group's sessions)."""
-    counts = facts.groupBy(*GROUP, "outcome").agg(F.count(F.lit(1)).alias("sessions"))
-    totals = facts.groupBy(*GROUP).agg(F.count(F.lit(1)).alias("total"))
-    return (counts.join(totals, on=[counts[c].eqNullSafe(totals[c]) for c in GROUP])
-            .select(*[counts[c] for c in GROUP], "outcome", "sessions",
-                    (F.col("sessions") / F.col("total")).alias("share"))
-            )
-
-
-# Distributions over millions of sessions use percentile_approx: exact (an observed value, nearest
-# rank) for groups up to about ACCURACY values, within 1/ACCURACY of the rank beyond.
-ACCURACY = 10_000
-
-
-def _pcts(col: str) -> list[Column]:
-    """One sketch per column for all three percentiles (three calls would build three)."""
-    return [F.percentile_approx(col, list(PERCENTILES), ACCURACY).alias(f"_{col}_p")]
-
-
-def _unpack(df: DataFrame, cols: tuple[str, ...]) -> DataFrame:
-    out = df
-    for col in cols:
-        for i, p in enumerate(PERCENTILES):
-            out = out.withColumn(f"{col}_p{int(p * 100)}", F.col(f"_{col}_p")[i])
-        out = out.drop(f"_{col}_p")
-    return out
-
-
-def summary(facts: DataFrame) -> DataFrame:
-    """Per group: sessions, happy share, pairing success rate, and the distributions' percentiles."""
-    happy = F.col("outcome").isin("happy", "client")
-    return _unpack(facts.groupBy(*GROUP).agg(
-        F.count(F.lit(1)).alias("sessions"),
-        F.sum(happy.cast("long")).alias("happy"),
-        F.sum(F.col("paired").cast("long")).alias("paired"),
-        F.count("paired").alias("pairable"),
-        F.avg("duration").alias("duration_mean"), *_pcts("duration"),
-        F.avg("waiting_time").alias("waiting_time_mean"), *_pcts("waiting_time"),
-        F.sum("bytes").alias("bytes"), *_pcts("bytes"))
-        .withColumn("happy_rate", F.col("happy") / F.col("sessions"))
-        .withColumn("pairing_rate", F.when(F.col("pairable") > 0, F.col("paired") / F.col("pairable")))
-        .drop("pairable"), ("duration", "waiting_time", "bytes"))
-
-
 def _bucket(col: Column, edges: tuple[int, ...]) -> Column:
     expr = F.lit(float(edges[-1]))
     for lo in reversed(edges[:-1]):
@@ -91,25 +46,90 @@ def _bucket(col: Column, edges: tuple[int, ...]) -> Column:
     return expr
 
 
-def distributions(facts: DataFrame) -> DataFrame:
+def session_cube(facts: DataFrame) -> DataFrame:
+    """Sessions counted per group, outcome and histogram bucket of each metric (null: no value).
+
+    A few thousand rows at most, whatever the input: outcomes and distributions are both sums over it,
+    so one plain (codegen, map-side combined) aggregation over the facts serves the two tables."""
+    return facts.groupBy(
+        *GROUP, "outcome",
+        F.when(F.col("duration").isNotNull(), _bucket(F.col("duration"), TIME_EDGES)).alias("b_duration"),
+        F.when(F.col("waiting_time").isNotNull(), _bucket(F.col("waiting_time"), TIME_EDGES)).alias("b_waiting_time"),
+        F.when(F.col("bytes").isNotNull(), _bucket(F.col("bytes"), SIZE_EDGES)).alias("b_bytes"),
+    ).agg(F.count(F.lit(1)).alias("n"))
+
+
+def outcomes_of(cube: DataFrame) -> DataFrame:
+    """service, kind, app_id, outcome, sessions, share (of the group's sessions), from `session_cube`."""
+    group = Window.partitionBy(*GROUP)
+    return (cube.groupBy(*GROUP, "outcome").agg(F.sum("n").alias("sessions"))
+            .select(*GROUP, "outcome", "sessions", (F.col("sessions") / F.sum("sessions").over(group)).alias("share")))
+
+
+def outcomes(facts: DataFrame) -> DataFrame:
+    return outcomes_of(session_cube(facts))
+
+
+def distributions_of(cube: DataFrame) -> DataFrame:
     """Histograms: service, kind, app_id, metric (waiting_time, duration, bytes), bucket (lower bound),
     sessions. Times in seconds, sizes in bytes, buckets as TIME_EDGES / SIZE_EDGES."""
-    long = facts.select(*GROUP, F.explode(F.array(
-        F.struct(F.lit("waiting_time").alias("metric"), _bucket(F.col("waiting_time"), TIME_EDGES).alias("bucket"),
-                 F.col("waiting_time").isNotNull().alias("has")),
-        F.struct(F.lit("duration").alias("metric"), _bucket(F.col("duration"), TIME_EDGES).alias("bucket"),
-                 F.col("duration").isNotNull().alias("has")),
-        F.struct(F.lit("bytes").alias("metric"), _bucket(F.col("bytes"), SIZE_EDGES).alias("bucket"),
-                 F.col("bytes").isNotNull().alias("has")))).alias("d"))
-    return long.where("d.has").groupBy(*GROUP, "d.metric", "d.bucket").agg(F.count(F.lit(1)).alias("sessions"))
+    long = cube.select(*GROUP, "n", F.explode(F.array(*[
+        F.struct(F.lit(m).alias("metric"), F.col(f"b_{m}").alias("bucket"))
+        for m in ("waiting_time", "duration", "bytes")])).alias("d"))
+    return (long.where(F.col("d.bucket").isNotNull())
+            .groupBy(*GROUP, "d.metric", "d.bucket").agg(F.sum("n").alias("sessions")))
+
+
+def distributions(facts: DataFrame) -> DataFrame:
+    return distributions_of(session_cube(facts))
+
+
+# Distributions over millions of sessions use percentile_approx: exact (an observed value, nearest
+# rank) for groups up to about ACCURACY values, within 1/ACCURACY of the rank beyond.
+ACCURACY = 10_000
+
+
+def _pct(col: Column) -> Column:
+    """One sketch per column serves all three percentiles (three calls would build three)."""
+    return F.percentile_approx(col, list(PERCENTILES), ACCURACY)
+
+
+def group_stats(facts: DataFrame) -> DataFrame:
+    """One aggregation for session_summary and session_daily: every session counts once for its group
+    (`all`, day null) and once for its group and day. The bytes sketch is only built for the former."""
+    happy = F.col("outcome").isin("happy", "client")
+    both = F.explode(F.array(F.struct(F.lit(True).alias("all"), F.lit(None).cast("date").alias("day")),
+                             F.struct(F.lit(False).alias("all"), F.col("day").alias("day")))).alias("g")
+    cols = [*GROUP, "duration", "waiting_time", "bytes", "paired", "happy"]
+    return (facts.select(*GROUP, "duration", "waiting_time", "bytes", "paired", happy.cast("long").alias("happy"), both)
+            .select(*cols, "g.*").groupBy(*GROUP, "all", "day").agg(
+                F.count(F.lit(1)).alias("sessions"), F.sum("happy").alias("happy"),
+                F.sum(F.col("paired").cast("long")).alias("paired"), F.count("paired").alias("pairable"),
+                F.avg("duration").alias("duration_mean"), _pct(F.col("duration")).alias("_duration_p"),
+                F.avg("waiting_time").alias("waiting_time_mean"), _pct(F.col("waiting_time")).alias("_waiting_time_p"),
+                F.sum("bytes").alias("bytes"), _pct(F.when(F.col("all"), F.col("bytes"))).alias("_bytes_p")))
+
+
+def summary_of(stats: DataFrame) -> DataFrame:
+    """Per group: sessions, happy share, pairing success rate, and the distributions' percentiles."""
+    pcts = [F.col(f"_{c}_p")[i].alias(f"{c}_p{int(p * 100)}")
+            for c in ("duration", "waiting_time", "bytes") for i, p in enumerate(PERCENTILES)]
+    return stats.where(F.col("all")).select(
+        *GROUP, "sessions", "happy", "paired", "duration_mean", "waiting_time_mean", "bytes",
+        (F.col("happy") / F.col("sessions")).alias("happy_rate"),
+        F.when(F.col("pairable") > 0, F.col("paired") / F.col("pairable")).alias("pairing_rate"), *pcts)
+
+
+def summary(facts: DataFrame) -> DataFrame:
+    return summary_of(group_stats(facts))
+
+
+def daily_of(stats: DataFrame) -> DataFrame:
+    """Daily trend per group: sessions, happy, paired, bytes, median duration and waiting time."""
+    return stats.where(~F.col("all")).select(
+        *GROUP, "day", "sessions", "happy", "paired", "bytes",
+        F.col("_duration_p")[0].alias("duration_p50"), F.col("_waiting_time_p")[0].alias("waiting_time_p50"))
 
 
 def daily(facts: DataFrame) -> DataFrame:
-    """Daily trend per group: sessions, happy, paired, bytes, median duration and waiting time."""
-    return (facts.groupBy(*GROUP, "day").agg(
-        F.count(F.lit(1)).alias("sessions"),
-        F.sum(F.col("outcome").isin("happy", "client").cast("long")).alias("happy"),
-        F.sum(F.col("paired").cast("long")).alias("paired"),
-        F.sum("bytes").alias("bytes"),
-        F.percentile_approx("duration", 0.5, ACCURACY).alias("duration_p50"),
-        F.percentile_approx("waiting_time", 0.5, ACCURACY).alias("waiting_time_p50")))
+    return daily_of(group_stats(facts))

@@ -82,3 +82,25 @@ def test_bad_input_is_refused_with_a_clear_message(spark, tmp_path):
     (tmp_path / "future.jsonl").write_text(_clean(_session(1.0)).replace('"v": 1', '"v": 2') + "\n")
     with pytest.raises(IngestError, match="no events in .*unknown schema versions: v=2"):
         ingest(spark, [str(tmp_path / "future.jsonl")], out)
+
+
+def test_many_files_share_one_scan_with_the_same_counts(spark, tmp_path, monkeypatch):
+    """Beyond MAX_TAGGED_SCANS files the source name comes from input_file_name(): same per-file counts."""
+    import spark.ingest as ingest_module
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_text("\n".join(_clean(_session(100.0 + i, total=i)) for i in range(3)) + "\nnot json\n")
+    (logs / "b.jsonl").write_text(_clean(_session(500.0, total=7)) + "\n")
+    results = []
+    for limit in (64, 1):
+        monkeypatch.setattr(ingest_module, "MAX_TAGGED_SCANS", limit)
+        results.append(ingest(spark, [str(logs / "*.jsonl")], str(tmp_path / f"out{limit}"), log=lambda m: None))
+    tagged, shared = results
+    assert tagged.per_file == shared.per_file
+    assert sorted((os.path.basename(k), v["lines"], v["valid"]) for k, v in shared.per_file.items()) == [
+        ("a.jsonl", 4, 3), ("b.jsonl", 1, 1)]
+    assert (shared.events_new, shared.rejected) == (4, {"malformed": 1})
+    for limit in (64, 1):
+        q = spark.read.parquet(str(tmp_path / f"out{limit}" / "quarantine")).collect()
+        assert [os.path.basename(r["file"]) for r in q] == ["a.jsonl"]
