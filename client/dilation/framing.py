@@ -73,7 +73,8 @@ class Framer:
         self._state = "want_relay" if via_relay else "want_prologue"
         self._max_frame = max_frame
         self._buf = bytearray()  # relay answer / prologue bytes so far
-        self._partial = bytearray()  # an incomplete frame (header included)
+        self._partial = bytearray()  # an incomplete frame (header included): its full length once known
+        self._filled = 0  # bytes of _partial received so far (once it has its full length)
 
     @property
     def state(self) -> str:
@@ -120,27 +121,31 @@ class Framer:
             raise FramingError(f"frame of {length} bytes exceeds limit {self._max_frame}")
         return length
 
-    def _frames(self, data: bytes) -> list[RelayOK | PrologueOK | Frame]:
-        """Whole frames are zero-copy views of `data`; only a frame split across reads is copied once."""
+    def _frames(self, data) -> list[RelayOK | PrologueOK | Frame]:
+        """Whole frames are zero-copy views of `data` (valid only until the caller reuses that buffer);
+        a frame split across reads is copied once, into a buffer allocated at its full length."""
         out: list[RelayOK | PrologueOK | Frame] = []
         view = memoryview(data)
         pos, end = 0, len(data)
         p = self._partial
         if p:
-            if len(p) < 4:
+            if len(p) < 4:  # the length itself was split
                 take = min(4 - len(p), end)
                 p += view[:take]
                 pos = take
                 if len(p) < 4:
                     return out
-            want = 4 + self._length(p, 0)
-            take = min(want - len(p), end - pos)
-            p += view[pos : pos + take]
+                full = bytearray(4 + self._length(p, 0))
+                full[:4] = p
+                self._partial, self._filled, p = full, 4, full
+            take = min(len(p) - self._filled, end - pos)
+            p[self._filled : self._filled + take] = view[pos : pos + take]
+            self._filled += take
             pos += take
-            if len(p) < want:
+            if self._filled < len(p):
                 return out
             out.append(Frame(memoryview(p)[4:]))
-            self._partial = bytearray()  # the view keeps the old one alive, unmodified
+            self._partial = bytearray()  # the view keeps the finished one alive, unmodified
         while end - pos >= 4:
             length = self._length(data, pos)
             if end - pos - 4 < length:
@@ -148,5 +153,10 @@ class Framer:
             out.append(Frame(view[pos + 4 : pos + 4 + length]))
             pos += 4 + length
         if pos < end:
-            self._partial = bytearray(view[pos:])
+            if end - pos >= 4:
+                self._partial = bytearray(4 + self._length(data, pos))
+                self._filled = end - pos
+                self._partial[: self._filled] = view[pos:]
+            else:
+                self._partial = bytearray(view[pos:])  # not even the length yet
         return out

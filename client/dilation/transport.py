@@ -90,13 +90,17 @@ def parse_relay_location(location: str) -> tuple[str, int]:
     return host.strip("[]"), int(port.split(":")[0])
 
 
-class L2Protocol(asyncio.Protocol):
-    """One TCP connection carrying one Attempt; after selection its records go to the core."""
+class L2Protocol(asyncio.BufferedProtocol):
+    """One TCP connection carrying one Attempt; after selection its records go to the core.
+
+    Reads land in one reused buffer (no fresh 1 MiB object per recv): the framer hands out views of it, and
+    every frame is decrypted into its own buffer before the next read overwrites this one."""
 
     def __init__(self, connector: Connector, attempt: Attempt):
         self.connector = connector
         self.attempt = attempt
         self.transport: asyncio.Transport | None = None
+        self._rbuf: memoryview | None = None
         self.core = None  # set when selected
         self.closed = False
         self._timeout: asyncio.TimerHandle | None = None
@@ -109,13 +113,19 @@ class L2Protocol(asyncio.Protocol):
         with contextlib.suppress(Exception):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        if hasattr(transport, "max_size"):  # asyncio reads 256 KiB per recv by default: fewer split frames
-            transport.max_size = READ_SIZE
         transport.write(self.attempt.start())
         self._timeout = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self.drop)
         self.connector.attempts.add(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._rbuf is None:
+            self._rbuf = memoryview(bytearray(READ_SIZE))
+        return self._rbuf
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self._rbuf[:nbytes])
+
+    def data_received(self, data) -> None:
         try:
             out, events = self.attempt.feed(data)
         except ProtocolError as e:

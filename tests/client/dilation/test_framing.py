@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client.dilation.errors import FramingError, NoiseError
 from client.dilation.framing import (
@@ -55,6 +57,24 @@ def test_framer_all_at_once():
     assert f.feed(PROLOGUE_FOLLOWER + frame(b"a") + frame(b"bc") + b"\x00\x00") == [
         PrologueOK(), Frame(b"a"), Frame(b"bc")]
     assert f.feed(b"\x00\x01z") == [Frame(b"z")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=8), st.lists(st.integers(1, 400), min_size=1, max_size=40))
+def test_framer_any_split_through_one_reused_buffer(payloads, cuts):
+    """As L2Protocol reads: every chunk lands in the same buffer, and frames are consumed before the next."""
+    f = Framer(PROLOGUE_LEADER, via_relay=False)
+    stream = PROLOGUE_LEADER + b"".join(frame(p) for p in payloads)
+    buf = bytearray(400)
+    got, pos, i = [], 0, 0
+    while pos < len(stream):
+        n = min(cuts[i % len(cuts)], len(stream) - pos)
+        i += 1
+        buf[:n] = stream[pos : pos + n]
+        got += [bytes(t.payload) for t in f.feed(memoryview(buf)[:n]) if isinstance(t, Frame)]
+        buf[:n] = b"\xee" * n  # the next read overwrites the buffer
+        pos += n
+    assert got == payloads
 
 
 @pytest.mark.parametrize("junk", [b"no\n", b"HTTP/1.1 400 Bad Request\r\n"])
