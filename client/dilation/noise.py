@@ -148,7 +148,7 @@ class NoiseSession:
 
     def decrypt(self, payload) -> bytes | memoryview:
         """One frame payload -> the record plaintext. A frame of several Noise messages is opened into one
-        buffer and returned as a memoryview of it (no join, no copy)."""
+        buffer and returned as a read-only memoryview of it (no join, no copy)."""
         assert self._recv is not None, "handshake not finished"
         size = len(payload)
         if size <= NOISE_MAX_CIPHERTEXT:
@@ -163,4 +163,4 @@ class NoiseSession:
             piece = view[i : i + NOISE_MAX_CIPHERTEXT]
             self._recv.decrypt_into(piece, out[pos : pos + len(piece) - 16])
             pos += len(piece) - 16
-        return out
+        return out.toreadonly()
