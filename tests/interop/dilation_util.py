@@ -111,13 +111,19 @@ class CuttingProxy:
     def location(self) -> str:
         return f"tcp:127.0.0.1:{self.port}"
 
-    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+    async def _dial_target(self, cw: asyncio.StreamWriter):
+        """Count the accepted connection and open its twin to the target; None (client dropped) if that fails."""
         self.connections += 1
         try:
-            sr, sw = await asyncio.open_connection("127.0.0.1", self.target_port)
+            return await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
             cw.transport.abort()
+            return None
+
+    async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
+        if (target := await self._dial_target(cw)) is None:
             return
+        sr, sw = target
 
         async def pipe(r, w):
             try:
@@ -164,12 +170,9 @@ class FreezingProxy(CuttingProxy):
             ev.set()
 
     async def _handle(self, cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            sr, sw = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            cw.transport.abort()
+        if (target := await self._dial_target(cw)) is None:
             return
+        sr, sw = target
         frozen = asyncio.Event()
         self._frozen.append(frozen)
         me = asyncio.current_task()
