@@ -1,6 +1,6 @@
 """Transit relay benchmark: Burrow vs magic-wormhole-transit-relay 0.5.0 vs a direct loopback stream.
 
-Run: .venv/bin/python bench/transit.py [--bytes N] [--pairs 1,8] [--rounds 3] [--pairings N]
+Run: .venv/bin/python bench/transit.py [--bytes N] [--pairs 1,8] [--rounds 3] [--pairings N] [--path veth]
 
 Our relay (with and without splice), the reference (`twist transitrelay`) and a direct socket-to-socket
 stream are measured in the same run, interleaved round by round so background load hits all alike
@@ -10,6 +10,9 @@ stream are measured in the same run, interleaved round by round so background lo
   - pairing latency (second handshake sent -> its `ok` received; median of sequential pairings);
   - pairings per second (many pairs opened and closed with bounded concurrency) and server CPU per
     1000 pairings (less sensitive to a loaded machine than the rate).
+`--path veth` (root) moves senders and receivers into two network namespaces joined to the host by
+veth pairs (bench/netns.py): the relays listen on the host side and the direct stream is routed through
+it, a path closer to a real network than loopback (where the receiver's TCP work lands on the relay).
 The load generator is cheap: one thread per socket (the GIL is released in the calls below); the
 sender uses send(2) from a 4 MiB buffer (or `--sender sendfile` from tmpfs), the receiver splices
 into /dev/null through a 1 MiB pipe. The machine is shared: compare ratios from one run.
@@ -33,24 +36,27 @@ from pathlib import Path
 
 import psutil
 from benchutil import free_port, wait_port  # noqa: E402
+from netns import HOST_ADDR, PEER_ADDR, VethPair  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 CHUNK = 1 << 20
 FILE_SIZE = 64 << 20
+HOST = "127.0.0.1"  # where the relays listen (10.201.1.1 with --path veth)
+VETH: VethPair | None = None  # with --path veth: senders in namespace A, receivers in B
 
 
 def start_server(kind: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     if kind.startswith("burrow"):
-        cmd = [PY, "-m", "transit_relay", "--host", "127.0.0.1", "--port", str(port), "--websocket-port", "-1",
+        cmd = [PY, "-m", "transit_relay", "--host", HOST, "--port", str(port), "--websocket-port", "-1",
                "--admin-port", "-1", "--max-connections-per-ip", "0", "--max-connections", "0"]
         if kind == "burrow-copy":
             cmd.append("--no-splice")
     else:
-        cmd = [str(Path(PY).parent / "twist"), "transitrelay", f"--port=tcp:{port}:interface=127.0.0.1"]
+        cmd = [str(Path(PY).parent / "twist"), "transitrelay", f"--port=tcp:{port}:interface={HOST}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port, proc)
+    wait_port(port, proc, HOST)
     time.sleep(0.3)  # let the probe connection's close settle
     return proc, port
 
@@ -60,9 +66,15 @@ def handshake(i: int, side: str) -> bytes:
     return f"please relay {token} for side {side * 16}\n".encode()
 
 
+def _connect(addr: tuple[str, int], side: str) -> socket.socket:
+    """A connection from namespace `side` with --path veth, else from here."""
+    with VETH.inside(side) if VETH else contextlib.nullcontext():
+        return socket.create_connection(addr)
+
+
 def relay_pair(port: int, i: int) -> tuple[socket.socket, socket.socket]:
-    a = socket.create_connection(("127.0.0.1", port))
-    b = socket.create_connection(("127.0.0.1", port))
+    a = _connect((HOST, port), "a")
+    b = _connect((HOST, port), "b")
     a.sendall(handshake(i, "a"))
     b.sendall(handshake(i, "b"))
     for s in (a, b):
@@ -77,8 +89,11 @@ def relay_pair(port: int, i: int) -> tuple[socket.socket, socket.socket]:
 
 
 def direct_pair() -> tuple[socket.socket, socket.socket]:
-    with socket.create_server(("127.0.0.1", 0)) as lst:
-        a = socket.create_connection(lst.getsockname())
+    """Loopback; with --path veth, A to B routed through the host namespace (what a relay replaces)."""
+    with VETH.inside("b") if VETH else contextlib.nullcontext():
+        lst = socket.create_server((PEER_ADDR["b"] if VETH else "127.0.0.1", 0))
+    with lst:
+        a = _connect(lst.getsockname(), "a")
         b, _ = lst.accept()
     return a, b
 
@@ -150,8 +165,8 @@ def cpu_of(proc: psutil.Process | None) -> float:
 
 
 async def _pairing(port: int, i: int) -> float:
-    r1, w1 = await asyncio.open_connection("127.0.0.1", port)
-    r2, w2 = await asyncio.open_connection("127.0.0.1", port)
+    r1, w1 = await asyncio.open_connection(HOST, port)
+    r2, w2 = await asyncio.open_connection(HOST, port)
     w1.write(handshake(i, "a"))
     await w1.drain()
     await asyncio.sleep(0)
@@ -234,9 +249,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     ap.add_argument("--no-copy-row", action="store_true", help="skip burrow without splice")
     ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments")
+    ap.add_argument("--path", choices=["loopback", "veth"], default="loopback",
+                    help="veth: senders and receivers in two network namespaces joined to the host by veth "
+                         "pairs (needs root); the relays listen on the host side, the direct stream is routed")
     args = ap.parse_args()
-    global SEND_MODE
+    global SEND_MODE, HOST, VETH
     SEND_MODE = args.sender
+    with contextlib.ExitStack() as stack:
+        if args.path == "veth":
+            VETH = stack.enter_context(VethPair())
+            HOST = HOST_ADDR["a"]
+            args.pairings = 0  # pairing is measured on loopback; this path is about bytes
+        report(args)
+
+
+def report(args) -> None:
     counts = [int(x) for x in args.pairs.split(",")]
     with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
         f.write(os.urandom(1 << 20) * (FILE_SIZE >> 20))
@@ -250,7 +277,8 @@ def main() -> None:
             return
         results = run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings)
     ref, ours, direct = results["reference"], results["burrow"], results["direct"]
-    print(f"\nTransit relay benchmark: {args.bytes / 1e9:.2f} GB per case, one direction, 127.0.0.1, "
+    where = "127.0.0.1" if args.path == "loopback" else "veth pairs between two network namespaces and the host"
+    print(f"\nTransit relay benchmark: {args.bytes / 1e9:.2f} GB per case, one direction, {where}, "
           f"median of {args.rounds} interleaved rounds; CPU = server user+system per GB moved\n")
     head = "| figure | " + " | ".join(kinds) + " | burrow / reference | burrow / direct |"
     print(head)
@@ -264,6 +292,8 @@ def main() -> None:
         ratio = ours[n]["cpu_per_gb"] / ref[n]["cpu_per_gb"] if ref[n]["cpu_per_gb"] else 0.0
         print(f"| server CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
               + f" | {ratio:.2f} (1/{1 / ratio if ratio else 0:.1f}) | |")
+    if not args.pairings:
+        return
     row = [fmt(results[k].get("latency") and results[k]["latency"] * 1e3, ".2f") for k in kinds]
     print("| pairing latency, median (ms) | " + " | ".join(row)
           + f" | {ours['latency'] / ref['latency']:.2f} | |")
