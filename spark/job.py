@@ -38,7 +38,7 @@ def build_tables(events: DataFrame, cfg: CapacityConfig, held: list[DataFrame] |
     """Every result table from the events dataset (lazy). Intermediate results that several tables
     share are persisted and appended to `held` for the caller to unpersist."""
     held = [] if held is None else held
-    per_minute = load.load_per_minute(events).persist(StorageLevel.MEMORY_AND_DISK)
+    per_minute = load.load_per_minute(events, held).persist(StorageLevel.MEMORY_AND_DISK)
     daily = load.daily_peaks(per_minute).persist(StorageLevel.MEMORY_AND_DISK)
     facts = sessions.session_facts(events)
     # two passes over the sessions serve the four session tables (both results are small)

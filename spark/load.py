@@ -21,6 +21,7 @@ began in it. Per hour: peaks, and p50/p95/p99 over the hour's minutes (exact `pe
 
 from __future__ import annotations
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -112,11 +113,18 @@ def _with_carry(max_prefix: str) -> Column:
     return F.when(F.col("carry"), F.greatest(F.col(max_prefix), F.lit(0))).otherwise(F.col(max_prefix))
 
 
-def load_per_minute(events: DataFrame) -> DataFrame:
+def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None) -> DataFrame:
     """service, minute (timestamp), sessions_peak, sessions_avg, connections_peak, connections_avg,
-    bytes, bytes_per_s, starts: one row for every minute from each service's first to last."""
+    bytes, bytes_per_s, starts: one row for every minute from each service's first to last.
+
+    With `held`, the sweep's result (a row per service-minute) is cached and appended there for the
+    caller to unpersist: without the cache the optimiser prunes the sweep out of the grid's branch
+    and reads every event a third time just for each service's first and last minute."""
     iv = intervals(events).where(F.col("end") >= F.col("start"))
     peaks = _peaks(iv)
+    if held is not None:
+        peaks = peaks.persist(StorageLevel.MEMORY_AND_DISK)
+        held.append(peaks)
     spread = _spread(iv)
     # every interval has a step in its first and its last minute, so the peaks' keys span the grid
     # (no third pass over the intervals)
