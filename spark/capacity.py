@@ -115,10 +115,18 @@ def trends(daily: DataFrame) -> DataFrame:
 
 
 def _capacity_rows(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
-    rows = [(svc, r, float(cap.nodes), None if getattr(cap, r) is None else float(getattr(cap, r)))
+    """The config as rows, built from literals in the JVM: createDataFrame of a Python list would start
+    Python workers (and need Python on a cluster's executors) just to unpickle a dozen rows."""
+    rows = [F.struct(F.lit(svc).alias("service"), F.lit(r).alias("resource"),
+                     F.lit(float(cap.nodes)).alias("nodes"),
+                     F.lit(None if getattr(cap, r) is None else float(getattr(cap, r))).cast("double")
+                     .alias("capacity_per_node"))
             for svc, cap in cfg.services.items() for r in RESOURCES]
-    return daily.sparkSession.createDataFrame(
-        rows, "service string, resource string, nodes double, capacity_per_node double")
+    if not rows:
+        rows = [F.struct(F.lit(None).cast("string").alias("service"), F.lit(None).cast("string").alias("resource"),
+                         F.lit(None).cast("double").alias("nodes"), F.lit(None).cast("double").alias("capacity_per_node"))]
+        return daily.sparkSession.range(1).select(F.inline(F.array(*rows))).where(F.lit(False))
+    return daily.sparkSession.range(1).select(F.inline(F.array(*rows)))
 
 
 def plan(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:

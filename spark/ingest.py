@@ -237,21 +237,26 @@ def _quarantine(spark: SparkSession, out: str, rejected: DataFrame) -> None:
 def _store(spark: SparkSession, staging: str, events_dir: str, valid: DataFrame, stored_days: list[str],
            per_day: dict[str, int], run_id: str) -> dict[str, int]:
     """Put the staged valid events into the dataset; returns the events stored per day."""
-    suspects = [r["_id"] for r in duplicate_ids(valid).collect()]
-    existing = None
-    if stored_days and fs.exists(spark, events_dir):
-        existing = spark.read.parquet(events_dir).where(F.col("day").isin(stored_days)).select(*DEDUPE_KEY)
-        overlap = valid.where(F.col("day").isin(stored_days)).select(*DEDUPE_KEY).join(existing, DEDUPE_KEY)
-        if overlap.isEmpty():
-            existing = None
-    if not suspects and existing is None:
-        fs.move_partitions(spark, f"{staging}/_ok=true", events_dir)
-        return per_day
-    if len(suspects) > MAX_BROADCAST_DUPLICATES:
-        fresh = drop_duplicates(valid, existing)
-    else:
-        fresh = drop_duplicates(valid, existing, spark.createDataFrame([(i,) for i in suspects], "_id long"))
-    fresh.write.options(**WRITE_OPTIONS).mode("append").partitionBy("day").parquet(events_dir)
+    # the ids seen twice stay in the JVM (cached, then broadcast): no Python workers, nothing collected
+    suspects = duplicate_ids(valid).persist()
+    try:
+        n_suspects = suspects.count()
+        existing = None
+        if stored_days and fs.exists(spark, events_dir):
+            existing = spark.read.parquet(events_dir).where(F.col("day").isin(stored_days)).select(*DEDUPE_KEY)
+            overlap = valid.where(F.col("day").isin(stored_days)).select(*DEDUPE_KEY).join(existing, DEDUPE_KEY)
+            if overlap.isEmpty():
+                existing = None
+        if not n_suspects and existing is None:
+            fs.move_partitions(spark, f"{staging}/_ok=true", events_dir)
+            return per_day
+        if n_suspects > MAX_BROADCAST_DUPLICATES:
+            fresh = drop_duplicates(valid, existing)
+        else:
+            fresh = drop_duplicates(valid, existing, suspects)
+        fresh.write.options(**WRITE_OPTIONS).mode("append").partitionBy("day").parquet(events_dir)
+    finally:
+        suspects.unpersist()
     return {str(r["day"]): r["count"] for r in spark.read.parquet(events_dir)
             .where(F.col("_run") == run_id).groupBy("day").count().collect()}
 

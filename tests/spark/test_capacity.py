@@ -80,3 +80,13 @@ def test_config_file(tmp_path):
     f.write_text("headroom = 1.5\n")
     with pytest.raises(CapacityConfigError, match="headroom"):
         load_capacity(str(f))
+
+
+def test_config_rows_are_jvm_literals_and_may_be_empty(daily):
+    """The capacity figures enter the plan as literals (no Python worker unpickles them), and a config
+    without services gives an empty plan rather than an error."""
+    plan_text = plan(daily, CFG)._jdf.queryExecution().toString()
+    from_python = [line for line in plan_text.splitlines()  # what createDataFrame(list) would make
+                   if ("ExistingRDD" in line or "LogicalRDD" in line) and "capacity_per_node" in line]
+    assert from_python == []
+    assert plan(daily, CapacityConfig(services={})).collect() == []
