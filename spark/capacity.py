@@ -24,7 +24,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field, replace
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 RESOURCES = ("sessions", "connections", "bytes_per_s")
@@ -117,16 +117,14 @@ def trends(daily: DataFrame) -> DataFrame:
 def _capacity_rows(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
     """The config as rows, built from literals in the JVM: createDataFrame of a Python list would start
     Python workers (and need Python on a cluster's executors) just to unpickle a dozen rows."""
-    rows = [F.struct(F.lit(svc).alias("service"), F.lit(r).alias("resource"),
-                     F.lit(float(cap.nodes)).alias("nodes"),
-                     F.lit(None if getattr(cap, r) is None else float(getattr(cap, r))).cast("double")
-                     .alias("capacity_per_node"))
-            for svc, cap in cfg.services.items() for r in RESOURCES]
-    if not rows:
-        rows = [F.struct(F.lit(None).cast("string").alias("service"), F.lit(None).cast("string").alias("resource"),
-                         F.lit(None).cast("double").alias("nodes"), F.lit(None).cast("double").alias("capacity_per_node"))]
-        return daily.sparkSession.range(1).select(F.inline(F.array(*rows))).where(F.lit(False))
-    return daily.sparkSession.range(1).select(F.inline(F.array(*rows)))
+    def row(service, resource, nodes, capacity) -> Column:
+        return F.struct(F.lit(service).cast("string").alias("service"), F.lit(resource).cast("string").alias("resource"),
+                        F.lit(nodes).cast("double").alias("nodes"),
+                        F.lit(capacity).cast("double").alias("capacity_per_node"))
+
+    rows = [row(svc, r, cap.nodes, getattr(cap, r)) for svc, cap in cfg.services.items() for r in RESOURCES]
+    table = daily.sparkSession.range(1).select(F.inline(F.array(*(rows or [row(None, None, None, None)]))))
+    return table if rows else table.where(F.lit(False))
 
 
 def plan(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
