@@ -6,8 +6,10 @@ Each case starts two peer processes (so each side has its own interpreter, as in
 mailbox and transit relay on 127.0.0.1: the receiver listens for subprotocol "up", the sender opens 1 or 8
 subchannels and writes `--mb` MB in total, each blob length-checked. Reported: MB/s from the sender's
 "dilated" to the last "received" line, and the CPU seconds both peer processes spent in that interval (psutil
-user+system), fastest of `--repeat` runs. Byte counts are always checked; `--verify` adds a SHA-256 per blob (the interop tests do that). "relay" disables listening on both sides so the transit relay carries everything. The machine is
-shared: compare the ratio printed per row, not absolute figures across runs.
+user+system), fastest of `--repeat` runs. Byte counts are always checked; `--verify` adds a SHA-256 per blob (the interop tests do that). "relay" disables listening on both sides so the transit relay carries everything. Each row also runs the
+cipher-only stream (bench/cipher_floor.py) on the same path: two processes that do nothing but seal, send,
+receive and open the records, a yardstick for what the cipher and the path allow on this machine. The machine is shared:
+compare the ratio printed per row, not absolute figures across runs.
 """
 
 from __future__ import annotations
@@ -144,6 +146,25 @@ async def run_case(impl: str, servers, *, relay: bool, subchannels: int, total: 
                 await p.finish(15)
 
 
+async def run_floor(servers, *, relay: bool, total: int) -> float:
+    """MB/s of the cipher-only stream (bench/cipher_floor.py) on the same path: Dilation's mandatory work."""
+    floor = str(ROOT / "bench" / "cipher_floor.py")
+    where = ["--transit", servers.transit_helper] if relay else ["--listen"]
+    recv = await asyncio.create_subprocess_exec(sys.executable, floor, "recv", *where, "--bytes", str(total),
+                                                stdout=asyncio.subprocess.PIPE)
+    try:
+        port = (await asyncio.wait_for(recv.stdout.readline(), CASE_TIMEOUT)).split()[1].decode()
+        where = ["--transit", servers.transit_helper] if relay else ["--connect", f"127.0.0.1:{port}"]
+        send = await asyncio.create_subprocess_exec(sys.executable, floor, "send", *where, "--bytes", str(total))
+        _, got, seconds = (await asyncio.wait_for(recv.stdout.readline(), CASE_TIMEOUT)).split()
+        await asyncio.wait_for(send.wait(), CASE_TIMEOUT)
+        return int(got) / float(seconds) / 1e6
+    finally:
+        if recv.returncode is None:
+            recv.kill()
+        await recv.wait()
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1000, help="MB per case (default 1000: a sustained rate)")
@@ -152,7 +173,8 @@ async def main() -> None:
     ap.add_argument("--subchannels", default="1,8")
     ap.add_argument("--verify", action="store_true", help="SHA-256 every blob (costs CPU on both sides)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per case; the fastest is reported (default 2)")
-    ap.add_argument("--impls", default="burrow,mw", help="which pairs to run (quick experiments: burrow)")
+    ap.add_argument("--impls", default="burrow,mw,floor",
+                    help="which pairs to run; floor: the cipher-only stream (bench/cipher_floor.py)")
     a = ap.parse_args()
     total = a.mb * 1_000_000
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +185,10 @@ async def main() -> None:
                 for n in (int(x) for x in a.subchannels.split(",")):
                     res = {}
                     for impl in a.impls.split(","):
+                        if impl == "floor":
+                            res[impl] = (max([await run_floor(servers, relay=path == "relay", total=total)
+                                              for _ in range(a.repeat)]), 0.0)
+                            continue
                         runs = [await run_case(impl, servers, relay=path == "relay", subchannels=n, total=total,
                                                verify=a.verify) for _ in range(a.repeat)]
                         res[impl] = max(runs)
@@ -173,13 +199,17 @@ async def main() -> None:
             servers.stop()
     print(f"\nDilation, {a.mb} MB per case, {a.servers} mailbox + transit relay on 127.0.0.1\n")
     print("| path | subchannels | burrow MB/s | burrow CPU s | magic-wormhole 0.24 MB/s | magic-wormhole CPU s "
-          "| speed ratio | CPU ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| speed ratio | CPU ratio | cipher-only MB/s | cipher-only / magic-wormhole | burrow / cipher-only |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for path, n, res in rows:
-        (bm, bc), (mm, mc) = res.get("burrow", (0.0, 0.0)), res.get("mw", (1e-9, 0.0))
-        print(f"| {path} | {n} | {bm:.1f} | {bc:.2f} | {mm:.1f} | {mc:.2f} | {bm / mm:.2f}x | {mc / bc:.2f}x |")
+        (bm, bc), (mm, mc) = res.get("burrow", (0.0, 1e-9)), res.get("mw", (1e-9, 0.0))
+        fm = res.get("floor", (0.0, 0.0))[0]
+        floor = f"| {fm:.1f} | {fm / mm:.2f}x | {bm / fm:.0%} |" if fm else "| | | |"
+        print(f"| {path} | {n} | {bm:.1f} | {bc:.2f} | {mm:.1f} | {mc:.2f} | {bm / mm:.2f}x | {mc / bc:.2f}x {floor}")
     print("\nCPU s: user+system seconds of both peer processes for the case; CPU ratio = magic-wormhole's CPU "
-          "seconds / burrow's for the same bytes.")
+          "seconds / burrow's for the same bytes.\nCipher-only: two processes that only seal, send, receive and "
+          "open 256 KiB records as Noise messages on the same path (bench/cipher_floor.py), fastest of --repeat: "
+          "what the cipher and the path allow here with no protocol work at all.")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ Our relay (with and without splice), the reference (`twist transitrelay`) and a 
 stream are measured in the same run, interleaved round by round so background load hits all alike
 (medians are reported):
   - throughput for 1 and 8 concurrent pairs, a bounded number of bytes per case, one direction;
-  - server CPU-seconds per GB (psutil user+system of the server process over the case);
+  - server CPU-seconds per GB (psutil user+system of the server process over the case), and the whole
+    machine's CPU-seconds per GB (all processes and the kernel, /proc/stat): once the cores are full, the
+    latter bounds throughput;
   - pairing latency (second handshake sent -> its `ok` received; median of sequential pairings);
   - pairings per second (many pairs opened and closed with bounded concurrency) and server CPU per
     1000 pairings (less sensitive to a loaded machine than the rate).
@@ -116,27 +118,33 @@ def sender(sock: socket.socket, fd: int, total: int) -> None:
     sock.shutdown(socket.SHUT_WR)
 
 
+def machine_busy() -> float:
+    """CPU-seconds the whole machine has spent busy (every process and the kernel, all cores)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
 def stream_case(pairs: list[tuple[socket.socket, socket.socket]], fd: int, per_pair: int,
-                proc: psutil.Process | None) -> tuple[float, float]:
+                proc: psutil.Process | None) -> tuple[float, float, float]:
     counts = [[0] for _ in pairs]
     threads = []
     for (a, b), c in zip(pairs, counts, strict=True):
         threads.append(threading.Thread(target=sender, args=(a, fd, per_pair)))
         threads.append(threading.Thread(target=counted_receiver, args=(b, c)))
-    cpu0 = cpu_of(proc)
+    cpu0, busy0 = cpu_of(proc), machine_busy()
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    cpu = cpu_of(proc) - cpu0
+    cpu, busy = cpu_of(proc) - cpu0, machine_busy() - busy0
     for (a, b), c in zip(pairs, counts, strict=True):
         a.close()
         b.close()
         if c[0] != per_pair:
             raise RuntimeError(f"received {c[0]} of {per_pair} bytes")
-    return elapsed, cpu
+    return elapsed, cpu, busy
 
 
 def counted_receiver(sock: socket.socket, out: list[int]) -> None:
@@ -199,12 +207,12 @@ async def pairing_bench(port: int, proc: psutil.Process, sequential: int, total:
 
 
 def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial: int) -> tuple[float, float]:
-    """One throughput case: (GB/s, server CPU-seconds)."""
+    """One throughput case: (GB/s, server CPU-seconds, whole-machine CPU-seconds)."""
     proc, port = servers.get(kind, (None, None))
     per_pair = total_bytes // n
     pairs = [direct_pair() if proc is None else relay_pair(port, serial * 100 + i) for i in range(n)]
-    elapsed, cpu = stream_case(pairs, fd, per_pair, psutil.Process(proc.pid) if proc else None)
-    return per_pair * n / elapsed / 1e9, cpu
+    elapsed, cpu, busy = stream_case(pairs, fd, per_pair, psutil.Process(proc.pid) if proc else None)
+    return per_pair * n / elapsed / 1e9, cpu, busy
 
 
 def run_all(kinds: list[str], fd: int, total_bytes: int, counts: list[int], rounds: int,
@@ -221,9 +229,11 @@ def run_all(kinds: list[str], fd: int, total_bytes: int, counts: list[int], roun
                     samples[(k, n)].append(measure(k, servers, fd, total_bytes, n, serial))
         res: dict = {k: {} for k in kinds}
         for (k, n), got in samples.items():
-            gbps = statistics.median(g for g, _ in got)
-            cpu_per_gb = sum(c for _, c in got) / (len(got) * total_bytes / 1e9)
-            res[k][n] = {"gbps": gbps, "cpu_per_gb": cpu_per_gb if k != "direct" else None}
+            gbps = statistics.median(g for g, _, _ in got)
+            cpu_per_gb = sum(c for _, c, _ in got) / (len(got) * total_bytes / 1e9)
+            machine_per_gb = sum(b for _, _, b in got) / (len(got) * total_bytes / 1e9)
+            res[k][n] = {"gbps": gbps, "cpu_per_gb": cpu_per_gb if k != "direct" else None,
+                         "machine_per_gb": machine_per_gb}
         for k, (proc, port) in servers.items():
             if pairings:
                 res[k]["latency"], res[k]["rate"], res[k]["pair_cpu"] = asyncio.run(
@@ -279,7 +289,8 @@ def report(args) -> None:
     ref, ours, direct = results["reference"], results["burrow"], results["direct"]
     where = "127.0.0.1" if args.path == "loopback" else "veth pairs between two network namespaces and the host"
     print(f"\nTransit relay benchmark: {args.bytes / 1e9:.2f} GB per case, one direction, {where}, "
-          f"median of {args.rounds} interleaved rounds; CPU = server user+system per GB moved\n")
+          f"median of {args.rounds} interleaved rounds; server CPU = the relay process's user+system per GB moved, "
+          f"machine CPU = all processes and the kernel, senders and receivers included\n")
     head = "| figure | " + " | ".join(kinds) + " | burrow / reference | burrow / direct |"
     print(head)
     print("|" + "---|" * (len(kinds) + 3))
@@ -292,6 +303,11 @@ def report(args) -> None:
         ratio = ours[n]["cpu_per_gb"] / ref[n]["cpu_per_gb"] if ref[n]["cpu_per_gb"] else 0.0
         print(f"| server CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
               + f" | {ratio:.2f} (1/{1 / ratio if ratio else 0:.1f}) | |")
+    for n in counts:  # what bounds throughput once the cores are full: every byte's cost to the whole host
+        row = [fmt(results[k][n]["machine_per_gb"], ".2f") for k in kinds]
+        print(f"| machine CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
+              + f" | {ours[n]['machine_per_gb'] / ref[n]['machine_per_gb']:.2f} "
+              f"| {ours[n]['machine_per_gb'] / direct[n]['machine_per_gb']:.2f}x |")
     if not args.pairings:
         return
     row = [fmt(results[k].get("latency") and results[k]["latency"] * 1e3, ".2f") for k in kinds]

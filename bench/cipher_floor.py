@@ -1,0 +1,125 @@
+"""The cipher-only stream for a Dilation benchmark: what two processes on this machine move when they do
+nothing but what Dilation's wire format makes every implementation do.
+
+Each 256 KiB record (our Dilation record size) is sealed as 65519-byte Noise messages with
+ChaCha20-Poly1305 and counter nonces, prefixed with a 4-byte length, sent; the receiver reads whole frames
+and opens every message into a plaintext buffer. No handshake, no record codec, no ACKs, no sequence
+numbers, no subchannels: every protocol cost is zero. It is a yardstick for what the cipher and the path
+allow, not a hard ceiling: it is one blocking thread per side, and a client that overlaps its work
+differently can edge past it (burrow did with 8 direct subchannels). Used by bench/dilation.py (the
+"cipher-only" column).
+
+    python bench/cipher_floor.py recv (--transit tcp:HOST:PORT | --listen) --bytes N   # prints "port P", then "received N SECONDS"
+    python bench/cipher_floor.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import struct
+import sys
+import time
+
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+
+RECORD = 256 * 1024
+PIECE = 65535 - 16  # the largest Noise transport payload
+PIECES = -(-RECORD // PIECE)
+FRAME = 4 + RECORD + 16 * PIECES
+KEY = bytes(range(32))
+TOKEN = b"f1" * 32  # one fixed relay token: one floor pair at a time
+
+
+def _nonce(n: int) -> bytes:
+    return b"\x00\x00\x00\x00" + n.to_bytes(8, "little")
+
+
+def _relay(transit: str, side: bytes) -> socket.socket:
+    _, host, port = transit.split(":")
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"please relay " + TOKEN + b" for side " + side + b"\n")
+    if s.recv(3) != b"ok\n":
+        raise SystemExit("the transit relay did not pair the floor's connections")
+    return s
+
+
+def send(s: socket.socket, total: int) -> None:
+    aead, plain = ChaCha20Poly1305(KEY), os.urandom(RECORD)
+    frame = bytearray(FRAME)
+    view = memoryview(frame)
+    struct.pack_into(">I", frame, 0, FRAME - 4)
+    n = sent = 0
+    while sent < total:
+        pos = 4
+        for src in range(0, RECORD, PIECE):
+            piece = plain[src:src + PIECE]
+            aead.encrypt_into(_nonce(n), piece, None, view[pos:pos + len(piece) + 16])
+            n, pos = n + 1, pos + len(piece) + 16
+        s.sendall(view)
+        sent += RECORD
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)  # the receiver closes once it has everything
+
+
+def receive(s: socket.socket, total: int) -> tuple[int, float]:
+    """Returns the bytes opened and the seconds from the first byte to the last record opened."""
+    aead = ChaCha20Poly1305(KEY)
+    buf, out = bytearray(1 << 20), bytearray(RECORD)
+    view, oview = memoryview(buf), memoryview(out)
+    have = got = n = 0
+    t0 = None
+    while got < total:
+        k = s.recv_into(view[have:])
+        if not k:
+            raise SystemExit(f"stream ended after {got} of {total} bytes")
+        t0 = t0 or time.perf_counter()
+        have += k
+        start = 0
+        while have - start >= FRAME:
+            (length,) = struct.unpack_from(">I", buf, start)
+            assert length == FRAME - 4, "bad frame length"
+            pos, dst = start + 4, 0
+            while dst < RECORD:
+                take = min(PIECE, RECORD - dst)
+                aead.decrypt_into(_nonce(n), view[pos:pos + take + 16], None, oview[dst:dst + take])
+                n, pos, dst = n + 1, pos + take + 16, dst + take
+            start += FRAME
+            got += RECORD
+        if start:
+            view[:have - start] = view[start:have]
+            have -= start
+    return got, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("role", choices=["send", "recv"])
+    ap.add_argument("--transit", help="tcp:HOST:PORT of a transit relay")
+    ap.add_argument("--listen", action="store_true", help="recv: accept one direct connection")
+    ap.add_argument("--connect", help="send: HOST:PORT of a listening receiver")
+    ap.add_argument("--bytes", type=int, required=True, help="rounded up to whole records")
+    a = ap.parse_args()
+    if a.role == "recv":
+        if a.listen:
+            ls = socket.create_server(("127.0.0.1", 0))
+            print(f"port {ls.getsockname()[1]}", flush=True)
+            s = ls.accept()[0]
+        else:
+            print("port 0", flush=True)
+            s = _relay(a.transit, b"f100000000000002")
+        got, seconds = receive(s, a.bytes)
+        print(f"received {got} {seconds:.6f}", flush=True)
+        s.close()
+    else:
+        if a.connect:
+            host, port = a.connect.rsplit(":", 1)
+            s = socket.create_connection((host, int(port)))
+        else:
+            s = _relay(a.transit, b"f100000000000001")
+        send(s, a.bytes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
