@@ -6,10 +6,11 @@ Each case starts two peer processes (so each side has its own interpreter, as in
 mailbox and transit relay on 127.0.0.1: the receiver listens for subprotocol "up", the sender opens 1 or 8
 subchannels and writes `--mb` MB in total, each blob length-checked. Reported: MB/s from the sender's
 "dilated" to the last "received" line, and the CPU seconds both peer processes spent in that interval (psutil
-user+system), fastest of `--repeat` runs. Byte counts are always checked; `--verify` adds a SHA-256 per blob (the interop tests do that). "relay" disables listening on both sides so the transit relay carries everything. Each row also runs the
-cipher-only stream (bench/cipher_floor.py) on the same path: two processes that do nothing but seal, send,
-receive and open the records, a yardstick for what the cipher and the path allow on this machine. The machine is shared:
-compare the ratio printed per row, not absolute figures across runs.
+user+system), fastest of `--repeat` runs. Byte counts are always checked; `--verify` adds a SHA-256 per blob
+(the interop tests do that). "relay" disables listening on both sides so the transit relay carries everything.
+Each row also runs the cipher-only stream (bench/cipher_only.py) on the same path: two processes that do
+nothing but seal, send, receive and open the records, a yardstick for what the cipher and the path allow on
+this machine. The machine is shared: compare the ratio printed per row, not absolute figures across runs.
 """
 
 from __future__ import annotations
@@ -146,16 +147,16 @@ async def run_case(impl: str, servers, *, relay: bool, subchannels: int, total: 
                 await p.finish(15)
 
 
-async def run_floor(servers, *, relay: bool, total: int) -> float:
-    """MB/s of the cipher-only stream (bench/cipher_floor.py) on the same path: Dilation's mandatory work."""
-    floor = str(ROOT / "bench" / "cipher_floor.py")
+async def run_cipher_only(servers, *, relay: bool, total: int) -> float:
+    """MB/s of the cipher-only stream (bench/cipher_only.py) on the same path: Dilation's mandatory work."""
+    script = str(ROOT / "bench" / "cipher_only.py")
     where = ["--transit", servers.transit_helper] if relay else ["--listen"]
-    recv = await asyncio.create_subprocess_exec(sys.executable, floor, "recv", *where, "--bytes", str(total),
+    recv = await asyncio.create_subprocess_exec(sys.executable, script, "recv", *where, "--bytes", str(total),
                                                 stdout=asyncio.subprocess.PIPE)
     try:
         port = (await asyncio.wait_for(recv.stdout.readline(), CASE_TIMEOUT)).split()[1].decode()
         where = ["--transit", servers.transit_helper] if relay else ["--connect", f"127.0.0.1:{port}"]
-        send = await asyncio.create_subprocess_exec(sys.executable, floor, "send", *where, "--bytes", str(total))
+        send = await asyncio.create_subprocess_exec(sys.executable, script, "send", *where, "--bytes", str(total))
         _, got, seconds = (await asyncio.wait_for(recv.stdout.readline(), CASE_TIMEOUT)).split()
         await asyncio.wait_for(send.wait(), CASE_TIMEOUT)
         return int(got) / float(seconds) / 1e6
@@ -163,6 +164,10 @@ async def run_floor(servers, *, relay: bool, total: int) -> float:
         if recv.returncode is None:
             recv.kill()
         await recv.wait()
+
+
+def _vs(rate: float, mw_rate: float, have_mw: bool) -> str:
+    return f"{rate / mw_rate:.2f}x" if have_mw else "n/a"
 
 
 async def main() -> None:
@@ -173,8 +178,8 @@ async def main() -> None:
     ap.add_argument("--subchannels", default="1,8")
     ap.add_argument("--verify", action="store_true", help="SHA-256 every blob (costs CPU on both sides)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per case; the fastest is reported (default 2)")
-    ap.add_argument("--impls", default="burrow,mw,floor",
-                    help="which pairs to run; floor: the cipher-only stream (bench/cipher_floor.py)")
+    ap.add_argument("--impls", default="burrow,mw,cipher",
+                    help="which pairs to run; cipher: the cipher-only stream (bench/cipher_only.py)")
     a = ap.parse_args()
     total = a.mb * 1_000_000
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,8 +190,8 @@ async def main() -> None:
                 for n in (int(x) for x in a.subchannels.split(",")):
                     res = {}
                     for impl in a.impls.split(","):
-                        if impl == "floor":
-                            res[impl] = (max([await run_floor(servers, relay=path == "relay", total=total)
+                        if impl == "cipher":
+                            res[impl] = (max([await run_cipher_only(servers, relay=path == "relay", total=total)
                                               for _ in range(a.repeat)]), 0.0)
                             continue
                         runs = [await run_case(impl, servers, relay=path == "relay", subchannels=n, total=total,
@@ -203,12 +208,13 @@ async def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for path, n, res in rows:
         (bm, bc), (mm, mc) = res.get("burrow", (0.0, 1e-9)), res.get("mw", (1e-9, 0.0))
-        fm = res.get("floor", (0.0, 0.0))[0]
-        floor = f"| {fm:.1f} | {fm / mm:.2f}x | {bm / fm:.0%} |" if fm else "| | | |"
-        print(f"| {path} | {n} | {bm:.1f} | {bc:.2f} | {mm:.1f} | {mc:.2f} | {bm / mm:.2f}x | {mc / bc:.2f}x {floor}")
+        cm = res.get("cipher", (0.0, 0.0))[0]
+        cipher = f"| {cm:.1f} | {_vs(cm, mm, 'mw' in res)} | {bm / cm:.0%} |" if cm else "| | | |"
+        print(f"| {path} | {n} | {bm:.1f} | {bc:.2f} | {mm:.1f} | {mc:.2f} | {_vs(bm, mm, 'mw' in res)} "
+              f"| {mc / bc:.2f}x {cipher}")
     print("\nCPU s: user+system seconds of both peer processes for the case; CPU ratio = magic-wormhole's CPU "
           "seconds / burrow's for the same bytes.\nCipher-only: two processes that only seal, send, receive and "
-          "open 256 KiB records as Noise messages on the same path (bench/cipher_floor.py), fastest of --repeat: "
+          "open 256 KiB records as Noise messages on the same path (bench/cipher_only.py), fastest of --repeat: "
           "what the cipher and the path allow here with no protocol work at all.")
 
 

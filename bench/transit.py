@@ -206,7 +206,7 @@ async def pairing_bench(port: int, proc: psutil.Process, sequential: int, total:
     return statistics.median(lat), rate, (cpu_of(proc) - cpu0) * 1000 / total
 
 
-def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial: int) -> tuple[float, float]:
+def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial: int) -> tuple[float, float, float]:
     """One throughput case: (GB/s, server CPU-seconds, whole-machine CPU-seconds)."""
     proc, port = servers.get(kind, (None, None))
     per_pair = total_bytes // n

@@ -9,8 +9,8 @@ allow, not a hard ceiling: it is one blocking thread per side, and a client that
 differently can edge past it (burrow did with 8 direct subchannels). Used by bench/dilation.py (the
 "cipher-only" column).
 
-    python bench/cipher_floor.py recv (--transit tcp:HOST:PORT | --listen) --bytes N   # prints "port P", then "received N SECONDS"
-    python bench/cipher_floor.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N
+    python bench/cipher_only.py recv (--transit tcp:HOST:PORT | --listen) --bytes N   # prints "port P", then "received N SECONDS"
+    python bench/cipher_only.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ PIECE = 65535 - 16  # the largest Noise transport payload
 PIECES = -(-RECORD // PIECE)
 FRAME = 4 + RECORD + 16 * PIECES
 KEY = bytes(range(32))
-TOKEN = b"f1" * 32  # one fixed relay token: one floor pair at a time
+TOKEN = b"c1" * 32  # one fixed relay token: one cipher-only pair at a time
 
 
 def _nonce(n: int) -> bytes:
@@ -40,8 +40,11 @@ def _relay(transit: str, side: bytes) -> socket.socket:
     _, host, port = transit.split(":")
     s = socket.create_connection((host, int(port)))
     s.sendall(b"please relay " + TOKEN + b" for side " + side + b"\n")
-    if s.recv(3) != b"ok\n":
-        raise SystemExit("the transit relay did not pair the floor's connections")
+    reply = b""
+    while len(reply) < 3 and (more := s.recv(3 - len(reply))):  # exactly 3: data follows at once
+        reply += more
+    if reply != b"ok\n":
+        raise SystemExit(f"the transit relay did not pair the cipher-only connections: {reply!r}")
     return s
 
 
