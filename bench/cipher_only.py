@@ -6,7 +6,7 @@ ChaCha20-Poly1305 and counter nonces, prefixed with a 4-byte length, sent; the r
 and opens every message into a plaintext buffer. No handshake, no record codec, no ACKs, no sequence
 numbers, no subchannels: every protocol cost is zero. It is a yardstick for what the cipher and the path
 allow, not a hard ceiling: it is one blocking thread per side, and a client that overlaps its work
-differently can edge past it (burrow did with 8 direct subchannels). Used by bench/dilation.py (the
+differently can edge past it (burrow did in two direct runs). Used by bench/dilation.py (the
 "cipher-only" column).
 
     python bench/cipher_only.py recv (--transit tcp:HOST:PORT | --listen) --bytes N   # prints "port P", then "received N SECONDS"
