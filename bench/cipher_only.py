@@ -21,19 +21,18 @@ import socket
 import struct
 import sys
 import time
+from pathlib import Path
 
-from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the client's own transport cipher (ChaCha20-Poly1305, counter nonces), so both sides make the same calls
+from client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
+from client.dilation.noise import _Cipher  # noqa: E402
 
 RECORD = 256 * 1024
-PIECE = 65535 - 16  # the largest Noise transport payload
 PIECES = -(-RECORD // PIECE)
 FRAME = 4 + RECORD + 16 * PIECES
 KEY = bytes(range(32))
 TOKEN = b"c1" * 32  # one fixed relay token: one cipher-only pair at a time
-
-
-def _nonce(n: int) -> bytes:
-    return b"\x00\x00\x00\x00" + n.to_bytes(8, "little")
 
 
 def _relay(transit: str, side: bytes) -> socket.socket:
@@ -49,17 +48,17 @@ def _relay(transit: str, side: bytes) -> socket.socket:
 
 
 def send(s: socket.socket, total: int) -> None:
-    aead, plain = ChaCha20Poly1305(KEY), os.urandom(RECORD)
+    seal, plain = _Cipher(KEY, 0), os.urandom(RECORD)
     frame = bytearray(FRAME)
     view = memoryview(frame)
     struct.pack_into(">I", frame, 0, FRAME - 4)
-    n = sent = 0
+    sent = 0
     while sent < total:
         pos = 4
         for src in range(0, RECORD, PIECE):
             piece = plain[src:src + PIECE]
-            aead.encrypt_into(_nonce(n), piece, None, view[pos:pos + len(piece) + 16])
-            n, pos = n + 1, pos + len(piece) + 16
+            seal.encrypt_into(piece, view[pos:pos + len(piece) + 16])
+            pos += len(piece) + 16
         s.sendall(view)
         sent += RECORD
     s.shutdown(socket.SHUT_WR)
@@ -68,10 +67,10 @@ def send(s: socket.socket, total: int) -> None:
 
 def receive(s: socket.socket, total: int) -> tuple[int, float]:
     """Returns the bytes opened and the seconds from the first byte to the last record opened."""
-    aead = ChaCha20Poly1305(KEY)
+    opener = _Cipher(KEY, 0)
     buf, out = bytearray(1 << 20), bytearray(RECORD)
     view, oview = memoryview(buf), memoryview(out)
-    have = got = n = 0
+    have = got = 0
     t0 = None
     while got < total:
         k = s.recv_into(view[have:])
@@ -86,8 +85,8 @@ def receive(s: socket.socket, total: int) -> tuple[int, float]:
             pos, dst = start + 4, 0
             while dst < RECORD:
                 take = min(PIECE, RECORD - dst)
-                aead.decrypt_into(_nonce(n), view[pos:pos + take + 16], None, oview[dst:dst + take])
-                n, pos, dst = n + 1, pos + take + 16, dst + take
+                opener.decrypt_into(view[pos:pos + take + 16], oview[dst:dst + take])
+                pos, dst = pos + take + 16, dst + take
             start += FRAME
             got += RECORD
         if start:
