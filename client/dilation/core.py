@@ -34,7 +34,7 @@ from .manager import (
     StopConnecting,
     UseHints,
 )
-from .reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound
+from .reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound, record_size
 from .stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from .subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 from .transport import Connector, L2Protocol, parse_relay_location
@@ -46,6 +46,10 @@ READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the conne
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
+# ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
+# otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
+ACK_EVERY_BYTES = 2 * 1024 * 1024
+ACK_DELAY = 0.005
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class Dilation:
                  on_status: Callable[[DilationStatus], None] | None = None,
                  max_unacked_bytes: int = DEFAULT_MAX_UNACKED_BYTES, reader_limit: int = READER_LIMIT,
                  max_record_payload: int = MAX_RECORD_PAYLOAD, max_frame: int = DEFAULT_MAX_FRAME,
-                 generation_timeout: float = GENERATION_TIMEOUT, versions: tuple[str, ...] = SUPPORTED_VERSIONS):
+                 generation_timeout: float = GENERATION_TIMEOUT, versions: tuple[str, ...] = SUPPORTED_VERSIONS,
+                 ack_every_bytes: int = ACK_EVERY_BYTES, ack_delay: float = ACK_DELAY):
         self._send_phase = send_phase
         self._key = dilation_key
         self._relay = parse_relay_location(transit_relay) if transit_relay else None
@@ -74,6 +79,7 @@ class Dilation:
         self.max_record_payload = max_record_payload
         self._max_frame = max_frame
         self._generation_timeout = generation_timeout
+        self._ack_every_bytes, self._ack_delay = ack_every_bytes, ack_delay
         self.manager = Manager(side=side, versions=versions)
         self.outbound = Outbound(max_unacked_bytes)
         self.inbound = Inbound()
@@ -85,6 +91,8 @@ class Dilation:
         self._keepalive: Keepalive | None = None
         self._ka_timer: asyncio.TimerHandle | None = None
         self._gen_timer: asyncio.TimerHandle | None = None
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_bytes = 0  # sequenced bytes received since our last ACK
         self._loop = asyncio.get_running_loop()
         self._role_known = self._loop.create_future()
         self._first_connection = self._loop.create_future()
@@ -98,7 +106,7 @@ class Dilation:
         self._listeners: dict[str, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
         self.counters = {"records_in": 0, "records_out": 0, "resent": 0, "duplicates": 0, "ignored": 0,
-                         "connections": 0, "bad_connections": 0}
+                         "acks_out": 0, "connections": 0, "bad_connections": 0}
 
     # ---------------------------------------------------------------- L1 plumbing
     def start(self, peer_versions: dict) -> None:
@@ -226,9 +234,11 @@ class Dilation:
             return
         self.connection = None
         self._keepalive = None
-        if self._ka_timer is not None:
-            self._ka_timer.cancel()
-            self._ka_timer = None
+        for timer in (self._ka_timer, self._ack_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ka_timer = self._ack_timer = None
+        self._ack_bytes = 0  # the peer re-sends what we did not ACK; its duplicates are ACKed then
         self._update_writable()
         self._run(self.manager.connection_lost())
 
@@ -257,11 +267,11 @@ class Dilation:
         if self._keepalive is not None:
             self._keepalive.received(self._loop.time())
         self.counters["records_in"] += len(records)
-        ack_needed = False
+        acked_before = self._ack_bytes
         try:
             for r in records:
                 if isinstance(r, Data | Open | Close):
-                    ack_needed = True
+                    self._ack_bytes += record_size(r)
                     if r.seqnum <= self.inbound.watermark:
                         self.counters["duplicates"] += 1
                         continue
@@ -283,8 +293,21 @@ class Dilation:
             self.counters["bad_connections"] += 1
             p.drop()
             return
-        if ack_needed and self.connection is p:
-            self._send_now(Ack(self.inbound.watermark))
+        if self._ack_bytes == acked_before or self.connection is not p:
+            return
+        if self._ack_bytes >= self._ack_every_bytes:
+            self._send_ack()
+        elif self._ack_timer is None:
+            self._ack_timer = self._loop.call_later(self._ack_delay, self._send_ack)
+
+    def _send_ack(self) -> None:
+        """One cumulative ACK for everything delivered so far."""
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        self._ack_bytes = 0
+        self.counters["acks_out"] += 1
+        self._send_now(Ack(self.inbound.watermark))
 
     def _deliver(self, ev) -> None:
         if isinstance(ev, Received):
@@ -386,7 +409,10 @@ class Dilation:
             self.connection.transport.resume_reading()
 
     async def wait_writable(self) -> None:
-        await self._writable.wait()
+        # Event.set() wakes every waiting writer; the first one to write may fill the connection again, so
+        # each re-checks instead of piling its write on top
+        while not self._writable.is_set():
+            await self._writable.wait()
 
     # ---------------------------------------------------------------- public API
     @property
@@ -424,11 +450,15 @@ class Dilation:
             self._deliver(ev)
 
     async def flush(self, timeout: float = CLOSE_TIMEOUT) -> bool:
-        """Wait until the peer acknowledged everything we sent; False on timeout."""
+        """Wait until the peer acknowledged everything we sent; False on timeout. Meanwhile our own ACKs go
+        out without delay: the peer may be waiting in its flush() too."""
         deadline = self._loop.time() + timeout
-        while len(self.outbound) and self._loop.time() < deadline:
+        while True:
+            if self._ack_timer is not None:
+                self._send_ack()
+            if not len(self.outbound) or self._loop.time() >= deadline:
+                return not len(self.outbound)
             await asyncio.sleep(0.02)
-        return not len(self.outbound)
 
     async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Stop dilating: wait (bounded) for our data to be acknowledged, then drop everything."""

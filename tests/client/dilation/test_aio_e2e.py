@@ -92,6 +92,25 @@ async def test_eight_parallel_subchannels_and_close_semantics(servers):
     await close()
 
 
+async def test_acks_are_cumulative_and_pending_ones_go_out_on_close(servers):
+    # The delay is out of reach, so only bytes trigger an ACK: at most one per 2 MiB delivered.
+    da, db, _, close = await pair(servers, listen=False, ack_every_bytes=2 * 1024 * 1024, ack_delay=3600.0)
+    listener = db.listen("acks")
+
+    async def sink():
+        r, w = await listener.accept()
+        return await sink_blob(r, w)
+
+    size = 24 * 1024 * 1024 + 1000
+    (mine, answer), (got, digest) = await asyncio.gather(
+        send_blob(*await da.open("acks"), size), sink())
+    assert got == size and mine == answer == digest
+    assert 1 <= db.counters["acks_out"] <= size // (2 * 1024 * 1024)  # once per read, it was 24 or more
+    assert len(da.outbound) > 0  # the tail is delivered but waits for its ACK
+    await close()  # while each side waits in flush(), it sends its own pending ACKs
+    assert len(da.outbound) == 0 and len(db.outbound) == 0
+
+
 async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(servers):
     da, db, _, close = await pair(servers, reader_limit=64 * 1024, max_unacked_bytes=1 << 20)
     r, w = await da.open("late")
