@@ -111,7 +111,7 @@ class RecordCodec:
             if len(p) < 9:
                 raise RecordError("short DATA record")
             _, scid, seq = _B_U32x2.unpack_from(p)
-            return Data(scid, seq, p[9:])  # a large record's payload stays a view of its plaintext buffer
+            return Data(scid, seq, memoryview(p)[9:])  # a view of the plaintext buffer: no copy
         if isinstance(p, memoryview):
             p = bytes(p)
         if tag == self.ack:

@@ -127,23 +127,30 @@ class NoiseSession:
             for i in range(0, len(plaintext), NOISE_MAX_PAYLOAD)
         )
 
-    def seal_frame(self, head: bytes, body) -> bytearray:
-        """The whole frame of encrypt(head + body): 4-byte length, then the Noise messages, written into
-        one buffer (the caller hands it to the transport in one write)."""
+    def seal_frames(self, records) -> bytearray:
+        """The frames of encrypt(head + body) for each (head, body), back to back in one buffer (the caller
+        hands it to the transport in one write): a 4-byte length, then the Noise messages. The first message
+        of each is sealed in place (head and the start of body copied in, then encrypted over themselves), the
+        others straight from body: one copy of the payload, no joins."""
         assert self._send is not None, "handshake not finished"
-        total = len(head) + len(body)
-        pieces = max(1, -(-total // NOISE_MAX_PAYLOAD))
-        size = total + 16 * pieces
-        out = bytearray(4 + size)
-        out[:4] = size.to_bytes(4, "big")
-        view, src = memoryview(out), memoryview(body)
-        first = min(NOISE_MAX_PAYLOAD - len(head), len(body))
-        pos = 4 + len(head) + first + 16
-        self._send.encrypt_into(head + bytes(src[:first]), view[4:pos])
-        for i in range(first, len(body), NOISE_MAX_PAYLOAD):
-            piece = src[i : i + NOISE_MAX_PAYLOAD]
-            self._send.encrypt_into(piece, view[pos : pos + len(piece) + 16])
-            pos += len(piece) + 16
+        sizes = [len(head) + len(body) for head, body in records]
+        out = bytearray(sum(4 + n + 16 * max(1, -(-n // NOISE_MAX_PAYLOAD)) for n in sizes))
+        view, pos = memoryview(out), 0
+        for (head, body), total in zip(records, sizes, strict=True):
+            size = total + 16 * max(1, -(-total // NOISE_MAX_PAYLOAD))
+            view[pos : pos + 4] = size.to_bytes(4, "big")
+            pos += 4
+            src = memoryview(body)
+            first = min(NOISE_MAX_PAYLOAD - len(head), len(body))
+            n = len(head) + first
+            view[pos : pos + len(head)] = head
+            view[pos + len(head) : pos + n] = src[:first]
+            self._send.encrypt_into(view[pos : pos + n], view[pos : pos + n + 16])  # OpenSSL allows in == out
+            pos += n + 16
+            for i in range(first, len(body), NOISE_MAX_PAYLOAD):
+                piece = src[i : i + NOISE_MAX_PAYLOAD]
+                self._send.encrypt_into(piece, view[pos : pos + len(piece) + 16])
+                pos += len(piece) + 16
         return out
 
     def decrypt(self, payload) -> bytes | memoryview:

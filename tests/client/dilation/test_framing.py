@@ -161,27 +161,36 @@ def test_tampered_message_fails():
         follower.decrypt(bytes(ct))
 
 
-def test_seal_frame_equals_frame_of_encrypt_of_concatenation():
+def test_sealed_frames_equal_frames_of_encrypt_of_concatenation():
     a1, f1 = handshake()
     a2, f2 = handshake()
     for size in (0, 10, NOISE_MAX_PAYLOAD - 9, NOISE_MAX_PAYLOAD - 8, 3 * NOISE_MAX_PAYLOAD + 5):
         head, body = b"H" * 9, bytes(i % 256 for i in range(size))
-        sealed = a1.seal_frame(head, body)
+        sealed = a1.seal_frames([(head, body)])
         payload = memoryview(sealed)[4:]
         assert int.from_bytes(sealed[:4], "big") == len(payload)
         assert bytes(f1.decrypt(payload)) == head + body
         # the frame is Noise messages of at most 65535 bytes, each one opening on its own (as mw reads it)
-        sealed2 = bytes(a2.seal_frame(head, body))[4:]
+        sealed2 = bytes(a2.seal_frames([(head, memoryview(body))]))[4:]
         pieces = [f2.decrypt(sealed2[i : i + NOISE_MAX_CIPHERTEXT]) for i in range(0, len(sealed2), NOISE_MAX_CIPHERTEXT)]
         assert b"".join(pieces) == head + body
 
 
+def test_several_records_sealed_into_one_buffer_are_consecutive_frames():
+    a, f = handshake()
+    records = [(b"H" * 9, b"x" * n) for n in (0, 5, NOISE_MAX_PAYLOAD - 9, 2 * NOISE_MAX_PAYLOAD)] + [(b"ack!!", b"")]
+    sealed = a.seal_frames(records)
+    framer = Framer(PROLOGUE_LEADER, via_relay=False)
+    frames = framer.feed(PROLOGUE_LEADER + bytes(sealed))[1:]
+    assert [bytes(f.decrypt(fr.payload)) for fr in frames] == [h + b for h, b in records]
+
+
 def test_a_truncated_piece_in_a_multi_message_frame_is_refused():
     a, f = handshake()
-    sealed = a.seal_frame(b"H" * 9, b"x" * (2 * NOISE_MAX_PAYLOAD))
+    sealed = a.seal_frames([(b"H" * 9, b"x" * (2 * NOISE_MAX_PAYLOAD))])
     with pytest.raises(NoiseError):
         f.decrypt(memoryview(sealed)[4:-20])  # the last Noise message is shorter than a tag
     a, f = handshake()
-    sealed = a.seal_frame(b"H" * 9, b"x" * (2 * NOISE_MAX_PAYLOAD))
+    sealed = a.seal_frames([(b"H" * 9, b"x" * (2 * NOISE_MAX_PAYLOAD))])
     with pytest.raises(NoiseError):
         f.decrypt(memoryview(sealed)[4:-5])  # the last Noise message loses part of its tag
