@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from . import codes, errors
+from .heap import retain_freed_memory
 from .progress import ProgressBar, human
 from .receive import Received, ReceiveOptions, receive, text_of
 from .transfer import Offer, send_path, send_text
@@ -245,6 +246,7 @@ def _hook(module: str, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    retain_freed_memory()
     if argv and argv[0] == "relay-probe":
         sys.exit(_hook("client.derp.probe", argv[1:]))
     if argv and argv[0] == "forward":

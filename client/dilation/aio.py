@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..heap import retain_freed_memory
 from .core import Dilation, DilationStatus
 from .manager import versions_fields
 from .stream import SubchannelListener
@@ -27,6 +28,7 @@ async def dilate(wormhole, *, transit_relay: str | None = None, listen: bool = T
     Waits for the peer's versions, then returns at once (before any connection exists); use
     `await dilated.when_connected()` to wait for the first connection.
     """
+    retain_freed_memory()  # client/heap.py: bulk transfers otherwise fault freed pages back in all the time
     peer_versions = await wormhole.get_peer_versions()
     key = wormhole.derive_key("dilation-v1", 32)
     d = Dilation(send_phase=wormhole.send_phase, dilation_key=key,
