@@ -1,13 +1,13 @@
 """The cipher-only stream for a Dilation benchmark: what two processes on this machine move when they do
 nothing but what Dilation's wire format makes every implementation do.
 
-Each 256 KiB record (our Dilation record size) is sealed as 65519-byte Noise messages with
-ChaCha20-Poly1305 and counter nonces, prefixed with a 4-byte length, sent; the receiver reads whole frames
-and opens every message into a plaintext buffer. No handshake, no record codec, no ACKs, no sequence
-numbers, no subchannels: every protocol cost is zero. It is a yardstick for what the cipher and the path
-allow, not a hard ceiling: it is one blocking thread per side, and a client that overlaps its work
-differently can edge past it (burrow did in two direct runs). Used by bench/dilation.py (the
-"cipher-only" column).
+Records are laid out as burrow's DATA records are (client/dilation/core.py): MAX_RECORD_PAYLOAD bytes plus the
+9-byte header, sealed as Noise messages of at most 65519 bytes with ChaCha20-Poly1305 and counter nonces,
+each prefixed with a 4-byte length, SEAL_BATCH frames per send; the receiver reads whole frames and opens
+every message into a plaintext buffer. No handshake, no record codec, no ACKs, no sequence numbers, no
+subchannels: every protocol cost is zero. It is a yardstick for what the cipher and the path allow, not a
+hard ceiling: it is one blocking thread per side, and a client that overlaps its work differently can edge
+past it (burrow did in two direct runs). Used by bench/dilation.py (the "cipher-only" column).
 
     python bench/cipher_only.py recv (--transit tcp:HOST:PORT | --listen) --bytes N   # prints "port P", then "received N SECONDS"
     python bench/cipher_only.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N
@@ -24,11 +24,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# the client's own transport cipher (ChaCha20-Poly1305, counter nonces), so both sides make the same calls
+# the client's own transport cipher (ChaCha20-Poly1305, counter nonces) and record layout, so both sides make
+# the same calls on the same lengths as burrow
+from client.dilation.core import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
+from client.dilation.core import SEAL_BATCH as BATCH  # noqa: E402
 from client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
 from client.dilation.noise import _Cipher  # noqa: E402
 
-RECORD = 256 * 1024
+RECORD = 9 + PAYLOAD  # plaintext bytes per record: DATA header and payload
 PIECES = -(-RECORD // PIECE)
 FRAME = 4 + RECORD + 16 * PIECES
 KEY = bytes(range(32))
@@ -47,20 +50,26 @@ def _relay(transit: str, side: bytes) -> socket.socket:
     return s
 
 
+def batches(total: int) -> int:
+    """Both sides move whole batches: the sender's last one is never cut off by the receiver closing."""
+    return -(-total // (BATCH * PAYLOAD))
+
+
 def send(s: socket.socket, total: int) -> None:
     seal, plain = _Cipher(KEY, 0), os.urandom(RECORD)
-    frame = bytearray(FRAME)
-    view = memoryview(frame)
-    struct.pack_into(">I", frame, 0, FRAME - 4)
-    sent = 0
-    while sent < total:
-        pos = 4
-        for src in range(0, RECORD, PIECE):
-            piece = plain[src:src + PIECE]
-            seal.encrypt_into(piece, view[pos:pos + len(piece) + 16])
-            pos += len(piece) + 16
+    frames = bytearray(BATCH * FRAME)
+    view = memoryview(frames)
+    for i in range(BATCH):
+        struct.pack_into(">I", frames, i * FRAME, FRAME - 4)
+    for _ in range(batches(total)):
+        pos = 0
+        for _ in range(BATCH):
+            pos += 4
+            for src in range(0, RECORD, PIECE):
+                piece = plain[src:src + PIECE]
+                seal.encrypt_into(piece, view[pos:pos + len(piece) + 16])
+                pos += len(piece) + 16
         s.sendall(view)
-        sent += RECORD
     s.shutdown(socket.SHUT_WR)
     s.recv(1)  # the receiver closes once it has everything
 
@@ -71,6 +80,7 @@ def receive(s: socket.socket, total: int) -> tuple[int, float]:
     buf, out = bytearray(1 << 20), bytearray(RECORD)
     view, oview = memoryview(buf), memoryview(out)
     have = got = 0
+    total = batches(total) * BATCH * PAYLOAD
     t0 = None
     while got < total:
         k = s.recv_into(view[have:])
@@ -88,7 +98,7 @@ def receive(s: socket.socket, total: int) -> tuple[int, float]:
                 opener.decrypt_into(view[pos:pos + take + 16], oview[dst:dst + take])
                 pos, dst = pos + take + 16, dst + take
             start += FRAME
-            got += RECORD
+            got += PAYLOAD
         if start:
             view[:have - start] = view[start:have]
             have -= start
@@ -101,7 +111,7 @@ def main() -> None:
     ap.add_argument("--transit", help="tcp:HOST:PORT of a transit relay")
     ap.add_argument("--listen", action="store_true", help="recv: accept one direct connection")
     ap.add_argument("--connect", help="send: HOST:PORT of a listening receiver")
-    ap.add_argument("--bytes", type=int, required=True, help="rounded up to whole records")
+    ap.add_argument("--bytes", type=int, required=True, help="rounded up to whole batches of records")
     a = ap.parse_args()
     if a.role == "recv":
         if a.listen:

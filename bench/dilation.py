@@ -214,7 +214,7 @@ async def main() -> None:
               f"| {mc / bc:.2f}x {cipher}")
     print("\nCPU s: user+system seconds of both peer processes for the case; CPU ratio = magic-wormhole's CPU "
           "seconds / burrow's for the same bytes.\nCipher-only: two processes that only seal, send, receive and "
-          "open 256 KiB records as Noise messages on the same path (bench/cipher_only.py), fastest of --repeat: "
+          "open records laid out as burrow's DATA records, as Noise messages, on the same path (bench/cipher_only.py), fastest of --repeat: "
           "what the cipher and the path allow here with no protocol work at all.")
 
 

@@ -27,9 +27,10 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0  # seconds for one TCP connect
 HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
-# bytes queued in the asyncio transport before writers pause; small on purpose: Python 3.11's transport
-# memmoves its whole bytearray buffer after every partial send
-WRITE_HIGH_WATER = 256 * 1024
+# bytes queued in the asyncio transport before writers pause (they resume at a quarter of it): room for one
+# batch of sealed records while the socket drains the last, yet small, as Python 3.11's transport memmoves its
+# whole bytearray buffer after every partial send
+WRITE_HIGH_WATER = 1024 * 1024
 READ_SIZE = 1024 * 1024  # bytes per recv() on a dilation connection
 
 
