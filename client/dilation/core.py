@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 # AVX-512 Poly1305 seals and opens that length in 14.3 us but the full 65519 bytes in 19.0 us (measured
 # here); the frames of larger records must be cut into 65519-byte messages
 MAX_RECORD_PAYLOAD = 65462
-SEAL_BATCH = 16  # records sealed into one buffer per transport write
 READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the connection pauses (x2)
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
@@ -221,7 +220,7 @@ class Dilation:
         # L4: everything unacknowledged goes out again, in order, before anything new
         resend = self.outbound.unacked()
         self.counters["resent"] += len(resend)
-        self._write_records(p, resend)
+        p.write_records(resend)
         now = self._loop.time()
         self._keepalive = Keepalive(leader=bool(self.manager.leader), interval=self._ping_interval, now=now,
                                     version=self.codec.version)
@@ -384,16 +383,9 @@ class Dilation:
         records = [self.mux.write(scid, chunk) for chunk in chunks]
         p = self.connection
         if p is not None and not p.closed:
-            self._write_records(p, records)
+            p.write_records(records)
         if self.outbound.full:
             self._writable.clear()
-
-    @staticmethod
-    def _write_records(p: L2Protocol, records: list) -> None:
-        """Seal records into frames and write them, SEAL_BATCH per buffer (one syscall each when the socket
-        has room, and a bounded buffer however large the app's write was)."""
-        for i in range(0, len(records), SEAL_BATCH):
-            p.transport.write(p.attempt.seal(records[i : i + SEAL_BATCH]))
 
     def subchannel_close(self, scid: int) -> None:
         rec, events = self.mux.close(scid)

@@ -127,15 +127,18 @@ class NoiseSession:
             for i in range(0, len(plaintext), NOISE_MAX_PAYLOAD)
         )
 
-    def seal_frames(self, records) -> bytearray:
+    def seal_frames(self, records, out: bytearray | None = None) -> bytearray | memoryview:
         """The frames of encrypt(head + body) for each (head, body), back to back in one buffer (the caller
         hands it to the transport in one write): a 4-byte length, then the Noise messages. The first message
         of each is sealed in place (head and the start of body copied in, then encrypted over themselves), the
-        others straight from body: one copy of the payload, no joins."""
+        others straight from body: one copy of the payload, no joins. Written into the start of `out` (and a
+        view of that returned) when it is large enough, else into a new buffer."""
         assert self._send is not None, "handshake not finished"
         sizes = [len(head) + len(body) for head, body in records]
-        out = bytearray(sum(4 + n + 16 * max(1, -(-n // NOISE_MAX_PAYLOAD)) for n in sizes))
-        view, pos = memoryview(out), 0
+        need = sum(4 + n + 16 * max(1, -(-n // NOISE_MAX_PAYLOAD)) for n in sizes)
+        if out is None or len(out) < need:
+            out = bytearray(need)
+        view, pos = memoryview(out)[:need], 0
         for (head, body), total in zip(records, sizes, strict=True):
             size = total + 16 * max(1, -(-total // NOISE_MAX_PAYLOAD))
             view[pos : pos + 4] = size.to_bytes(4, "big")
@@ -151,14 +154,19 @@ class NoiseSession:
                 piece = src[i : i + NOISE_MAX_PAYLOAD]
                 self._send.encrypt_into(piece, view[pos : pos + len(piece) + 16])
                 pos += len(piece) + 16
-        return out
+        return view if len(out) > need else out
 
     def decrypt(self, payload) -> bytes | memoryview:
-        """One frame payload -> the record plaintext. A frame of several Noise messages is opened into one
-        buffer and returned as a read-only memoryview of it (no join, no copy)."""
+        """One frame payload -> the record plaintext. A one-message frame in a writable buffer is opened in
+        place and returned as a view of it; a frame of several Noise messages is opened into one new buffer
+        and returned as a read-only memoryview of it (no join, no copy)."""
         assert self._recv is not None, "handshake not finished"
         size = len(payload)
         if size <= NOISE_MAX_CIPHERTEXT:
+            if isinstance(payload, memoryview) and not payload.readonly and size >= 16:
+                plain = payload[:-16]  # opened in place: the plaintext overwrites its ciphertext (OpenSSL allows it)
+                self._recv.decrypt_into(payload, plain)
+                return plain
             return self._recv.decrypt(payload)
         pieces = -(-size // NOISE_MAX_CIPHERTEXT)
         if size - (pieces - 1) * NOISE_MAX_CIPHERTEXT < 16:  # the last message is shorter than its tag

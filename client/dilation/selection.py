@@ -73,13 +73,13 @@ class Attempt:
     def encrypt(self, record: Record) -> bytes:
         return frame(self._noise.encrypt(self.codec.encode(record)))
 
-    def seal(self, records: list[Record]) -> bytearray:
-        """The frames of `records` back to back, ready for one write; DATA payloads are encrypted straight
-        into them."""
+    def seal(self, records: list[Record], out: bytearray | None = None) -> bytearray | memoryview:
+        """The frames of `records` back to back, ready for one write (in `out` if it is large enough); DATA
+        payloads are encrypted straight into them."""
         codec = self.codec
         return self._noise.seal_frames([
             (codec.encode_data_header(r.scid, r.seqnum), r.data) if isinstance(r, Data) else (codec.encode(r), b"")
-            for r in records])
+            for r in records], out)
 
     def feed(self, data: bytes) -> tuple[bytes, list[Viable | Selected | Record]]:
         """Returns (bytes to write, events/records). Raises ProtocolError: drop the connection."""

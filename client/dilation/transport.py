@@ -19,6 +19,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+import sys
 
 from .errors import ProtocolError
 from .selection import Attempt, Selected, Selector, Viable, dial_delays
@@ -32,6 +33,32 @@ HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
 # whole bytearray buffer after every partial send
 WRITE_HIGH_WATER = 1024 * 1024
 READ_SIZE = 1024 * 1024  # bytes per recv() on a dilation connection
+SEAL_BATCH = 16  # records sealed into one buffer per transport write
+WRITE_SIZE = 1024 * 1024  # a batch of full DATA records fits; a larger batch gets a buffer of its own
+SPARE_BUFFERS = 4  # buffers each pool keeps for reuse
+_IDLE_REFS = 3  # references to a pooled buffer nobody uses: the pool's list, the loop variable, getrefcount's argument
+_REFCOUNTED = sys.implementation.name == "cpython"
+
+
+class BufferPool:
+    """Fixed-size buffers, each reused only once nothing but the pool refers to it (on CPython every memoryview
+    family holds one reference to its buffer; elsewhere every take is a new buffer). Records are opened in place
+    in receive buffers and their payloads reach subchannel readers as views, and on Python 3.12+ a transport
+    may keep a view of the part of a write the socket did not take: both keep their buffer out of reuse.
+    Reuse spares a zero-filled allocation per read and per write."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._buffers: list[bytearray] = []
+
+    def take(self) -> bytearray:
+        if _REFCOUNTED:
+            for buf in self._buffers:
+                if sys.getrefcount(buf) == _IDLE_REFS:
+                    return buf
+        buf = bytearray(self.size)  # every buffer is still in use: a new one (older busy ones leave the pool)
+        self._buffers = [*self._buffers[-(SPARE_BUFFERS - 1):], buf]
+        return buf
 
 
 def local_addresses() -> list[str]:
@@ -94,13 +121,14 @@ def parse_relay_location(location: str) -> tuple[str, int]:
 class L2Protocol(asyncio.BufferedProtocol):
     """One TCP connection carrying one Attempt; after selection its records go to the core.
 
-    Reads land in one reused buffer (no fresh 1 MiB object per recv): the framer hands out views of it, and
-    every frame is decrypted into its own buffer before the next read overwrites this one."""
+    Reads land in pooled buffers: the framer hands out views of one and records are opened in place there.
+    Writes are sealed into pooled buffers, SEAL_BATCH records per transport write."""
 
     def __init__(self, connector: Connector, attempt: Attempt):
         self.connector = connector
         self.attempt = attempt
         self.transport: asyncio.Transport | None = None
+        self._reads, self._writes = BufferPool(READ_SIZE), BufferPool(WRITE_SIZE)
         self._rbuf: memoryview | None = None
         self.core = None  # set when selected
         self.closed = False
@@ -119,12 +147,12 @@ class L2Protocol(asyncio.BufferedProtocol):
         self.connector.attempts.add(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._rbuf is None:
-            self._rbuf = memoryview(bytearray(READ_SIZE))
+        self._rbuf = memoryview(self._reads.take())
         return self._rbuf
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._rbuf[:nbytes])
+        view, self._rbuf = self._rbuf, None  # only the views that records keep may hold the buffer now
+        self.data_received(view[:nbytes])
 
     def data_received(self, data) -> None:
         try:
@@ -147,6 +175,12 @@ class L2Protocol(asyncio.BufferedProtocol):
                 if self.core is not None and events[i + 1 :]:
                     self.core.on_records(self, events[i + 1 :])
                 return
+
+    def write_records(self, records: list) -> None:
+        """Seal records into frames and write them, SEAL_BATCH per buffer: one syscall each when the socket has
+        room, and a bounded buffer however large the app's write was."""
+        for i in range(0, len(records), SEAL_BATCH):
+            self.transport.write(self.attempt.seal(records[i : i + SEAL_BATCH], self._writes.take()))
 
     def selected(self, core) -> None:
         self.core = core
