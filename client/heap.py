@@ -13,7 +13,7 @@ Process-wide and glibc only; a no-op elsewhere. The burrow CLI and `dilate()` ca
 from __future__ import annotations
 
 import ctypes
-import platform
+import os
 
 M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
@@ -28,7 +28,11 @@ def retain_freed_memory() -> bool:
     global _applied
     if _applied:
         return True
-    if platform.libc_ver()[0] != "glibc":
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"; musl and others have no such name
+    except (ValueError, OSError):
+        libc = ""
+    if not libc.startswith("glibc"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

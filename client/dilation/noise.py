@@ -24,6 +24,11 @@ NOISE_MAX_PAYLOAD = NOISE_MAX_CIPHERTEXT - 16
 _MAX_NONCE = 2**64 - 1
 
 
+def _sealed_size(plaintext: int) -> int:
+    """Bytes of the Noise messages that carry `plaintext` bytes: a 16-byte tag per 65519 bytes or part."""
+    return plaintext + 16 * max(1, -(-plaintext // NOISE_MAX_PAYLOAD))
+
+
 class _Cipher:
     """One direction of the transport phase: ChaCha20-Poly1305 with a little-endian 64-bit counter nonce."""
 
@@ -134,13 +139,12 @@ class NoiseSession:
         others straight from body: one copy of the payload, no joins. Written into the start of `out` (and a
         view of that returned) when it is large enough, else into a new buffer."""
         assert self._send is not None, "handshake not finished"
-        sizes = [len(head) + len(body) for head, body in records]
-        need = sum(4 + n + 16 * max(1, -(-n // NOISE_MAX_PAYLOAD)) for n in sizes)
+        sizes = [_sealed_size(len(head) + len(body)) for head, body in records]
+        need = 4 * len(sizes) + sum(sizes)
         if out is None or len(out) < need:
             out = bytearray(need)
         view, pos = memoryview(out)[:need], 0
-        for (head, body), total in zip(records, sizes, strict=True):
-            size = total + 16 * max(1, -(-total // NOISE_MAX_PAYLOAD))
+        for (head, body), size in zip(records, sizes, strict=True):
             view[pos : pos + 4] = size.to_bytes(4, "big")
             pos += 4
             src = memoryview(body)
