@@ -36,8 +36,8 @@ READ_SIZE = 1024 * 1024  # bytes per recv() on a dilation connection
 SEAL_BATCH = 16  # records sealed into one buffer per transport write
 WRITE_SIZE = 1024 * 1024  # a batch of full DATA records fits; a larger batch gets a buffer of its own
 SPARE_BUFFERS = 4  # buffers each pool keeps for reuse
-_IDLE_REFS = 3  # references to a pooled buffer nobody uses: the pool's list, the loop variable, getrefcount's argument
-_REFCOUNTED = sys.implementation.name == "cpython"
+# reference counts tell when a buffer is unused only on CPython with the GIL (free-threaded builds defer them)
+_REFCOUNTED = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class BufferPool:
@@ -49,15 +49,21 @@ class BufferPool:
 
     def __init__(self, size: int):
         self.size = size
-        self._buffers: list[bytearray] = []
+        # The first entry is a sentinel nothing else ever refers to: its count, read in the same loop in the
+        # same way, is what an unused buffer shows on this interpreter (versions differ in what they count).
+        self._buffers: list[bytearray] = [bytearray()]
 
     def take(self) -> bytearray:
         if _REFCOUNTED:
+            idle = -1
             for buf in self._buffers:
-                if sys.getrefcount(buf) == _IDLE_REFS:
+                refs = sys.getrefcount(buf)
+                if idle < 0:
+                    idle = refs
+                elif refs == idle:
                     return buf
         buf = bytearray(self.size)  # every buffer is still in use: a new one (older busy ones leave the pool)
-        self._buffers = [*self._buffers[-(SPARE_BUFFERS - 1):], buf]
+        self._buffers = [self._buffers[0], *self._buffers[1:][-(SPARE_BUFFERS - 1):], buf]
         return buf
 
 
