@@ -23,16 +23,19 @@ MMAP_THRESHOLD = 32 * 1024 * 1024  # allocations below this come from the heap (
 _applied = False
 
 
+def glibc() -> bool:
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")  # "glibc 2.36"; musl has no such name
+    except (ValueError, OSError):
+        return False
+
+
 def retain_freed_memory() -> bool:
     """Apply the policy once per process; True if it is in force."""
     global _applied
     if _applied:
         return True
-    try:
-        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""  # "glibc 2.36"; musl and others have no such name
-    except (ValueError, OSError):
-        libc = ""
-    if not libc.startswith("glibc"):
+    if not glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt

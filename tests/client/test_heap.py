@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from client.heap import glibc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,13 +33,6 @@ def faults(mode: str) -> int:
     out = subprocess.run([sys.executable, "-c", CHURN, mode], cwd=ROOT, capture_output=True, text=True,
                          check=True, timeout=60)
     return int(out.stdout)
-
-
-def glibc() -> bool:
-    try:
-        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
-    except (ValueError, OSError):
-        return False
 
 
 @pytest.mark.skipif(not glibc(), reason="the policy is glibc's mallopt; elsewhere a no-op")
