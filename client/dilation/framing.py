@@ -60,7 +60,7 @@ class PrologueOK:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per record, and frozen construction costs 3x (see connection.Data)
 class Frame:
     payload: bytes  # or a read-only memoryview of the received bytes (compare with bytes(...))
 
@@ -139,15 +139,19 @@ class Framer:
                 full[:4] = p
                 self._partial, self._filled, p = full, 4, full
             take = min(len(p) - self._filled, end - pos)
-            p[self._filled : self._filled + take] = view[pos : pos + take]
+            # through a memoryview: a bytearray slice assignment from a non-bytearray copies twice
+            memoryview(p)[self._filled : self._filled + take] = view[pos : pos + take]
             self._filled += take
             pos += take
             if self._filled < len(p):
                 return out
             out.append(Frame(memoryview(p)[4:]))
             self._partial = bytearray()  # the view keeps the finished one alive, unmodified
+        max_frame = self._max_frame
         while end - pos >= 4:
-            length = self._length(data, pos)
+            (length,) = _LEN.unpack_from(data, pos)  # _length() written out: this loop runs once per record
+            if length > max_frame:
+                raise FramingError(f"frame of {length} bytes exceeds limit {max_frame}")
             if end - pos - 4 < length:
                 break
             out.append(Frame(view[pos + 4 : pos + 4 + length]))
@@ -156,7 +160,7 @@ class Framer:
             if end - pos >= 4:
                 self._partial = bytearray(4 + self._length(data, pos))
                 self._filled = end - pos
-                self._partial[: self._filled] = view[pos:]
+                memoryview(self._partial)[: self._filled] = view[pos:]
             else:
                 self._partial = bytearray(view[pos:])  # not even the length yet
         return out

@@ -11,6 +11,8 @@ receiver decrypts a frame in 65535-byte steps.
 
 from __future__ import annotations
 
+import struct
+
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from noise.connection import NoiseConnection
@@ -22,6 +24,8 @@ NOISE_PROTOCOL = b"Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s"
 NOISE_MAX_CIPHERTEXT = 65535
 NOISE_MAX_PAYLOAD = NOISE_MAX_CIPHERTEXT - 16
 _MAX_NONCE = 2**64 - 1
+_NONCE = struct.Struct("<4xQ")
+_LEN = struct.Struct(">L")  # 32 zero bits, then the 64-bit counter little-endian
 
 
 def _sealed_size(plaintext: int) -> int:
@@ -41,9 +45,9 @@ class _Cipher:
     def _nonce(self) -> bytes:
         if self._n >= _MAX_NONCE:
             raise NoiseError("nonce exhausted")
-        nonce = b"\x00\x00\x00\x00" + self._n.to_bytes(8, "little")
-        self._n += 1
-        return nonce
+        n = self._n
+        self._n = n + 1
+        return _NONCE.pack(n)
 
     def encrypt(self, plaintext: bytes) -> bytes:
         return self._aead.encrypt(self._nonce(), plaintext, None)
@@ -144,19 +148,28 @@ class NoiseSession:
         if out is None or len(out) < need:
             out = bytearray(need)
         view, pos = memoryview(out)[:need], 0
+        seal = self._send.encrypt_into
         for (head, body), size in zip(records, sizes, strict=True):
-            view[pos : pos + 4] = size.to_bytes(4, "big")
+            _LEN.pack_into(out, pos, size)
             pos += 4
+            h = len(head)
+            end = pos + h + len(body)
+            if end - pos <= NOISE_MAX_PAYLOAD:  # one Noise message: every record but an oversized one
+                view[pos : pos + h] = head  # into the memoryview: a bytearray slice assignment copies twice
+                view[pos + h : end] = body
+                seal(view[pos:end], view[pos : end + 16])  # OpenSSL allows in == out
+                pos = end + 16
+                continue
             src = memoryview(body)
-            first = min(NOISE_MAX_PAYLOAD - len(head), len(body))
-            n = len(head) + first
-            view[pos : pos + len(head)] = head
-            view[pos + len(head) : pos + n] = src[:first]
-            self._send.encrypt_into(view[pos : pos + n], view[pos : pos + n + 16])  # OpenSSL allows in == out
+            first = NOISE_MAX_PAYLOAD - h
+            n = h + first
+            view[pos : pos + h] = head
+            view[pos + h : pos + n] = src[:first]
+            seal(view[pos : pos + n], view[pos : pos + n + 16])
             pos += n + 16
             for i in range(first, len(body), NOISE_MAX_PAYLOAD):
                 piece = src[i : i + NOISE_MAX_PAYLOAD]
-                self._send.encrypt_into(piece, view[pos : pos + len(piece) + 16])
+                seal(piece, view[pos : pos + len(piece) + 16])
                 pos += len(piece) + 16
         return view if len(out) > need else out
 

@@ -103,12 +103,19 @@ class SubchannelReader(asyncio.StreamReader):
         return await super().readuntil(separator)
 
 
+# Bytes a writer may write before its drain() lets other subchannels' writers run. While the connection has
+# room, drain() has nothing to wait for and never suspends, so without this one bulk subchannel would send all
+# it has before any other got a turn.
+FAIR_SHARE = 1024 * 1024
+
+
 class SubchannelWriter:
     def __init__(self, core, scid: int, subprotocol: str):
         self._core = core
         self.scid = scid
         self.subprotocol = subprotocol
         self._closing = False
+        self._since_yield = 0  # bytes written since drain() last gave other writers a turn
         self._done = asyncio.get_running_loop().create_future()
 
     # StreamWriter-like surface
@@ -117,6 +124,7 @@ class SubchannelWriter:
             raise SubchannelClosed("write after close")
         if data:
             self._core.subchannel_write(self.scid, bytes(data))
+            self._since_yield += len(data)
 
     def writelines(self, data) -> None:
         self.write(b"".join(data))
@@ -137,6 +145,9 @@ class SubchannelWriter:
         return self._closing
 
     async def drain(self) -> None:
+        if self._since_yield >= FAIR_SHARE:
+            self._since_yield = 0
+            await asyncio.sleep(0)  # to the back of the ready queue: writers take turns
         await self._core.wait_writable()
 
     async def wait_closed(self) -> None:

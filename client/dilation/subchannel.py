@@ -36,7 +36,7 @@ class Pending:
     subprotocol: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per DATA record (see connection.Data)
 class Received:
     scid: int
     data: bytes
@@ -123,16 +123,23 @@ class Mux:
         return any(sc.scid == scid for sc in self._pending)
 
     # -- inbound records
+    def receive_data(self, r: Data) -> Received | Ignored | None:
+        """receive() for a DATA record, the bulk of all traffic: one event, or None for a duplicate."""
+        if not self.inb.accept(r.seqnum):
+            return None
+        sc = self.channels.get(r.scid)
+        if sc is None or sc.state in ("read_closed", "closed"):
+            return Ignored(f"DATA for unknown or read-closed subchannel {r.scid}")
+        return Received(r.scid, r.data)
+
     def receive(self, r: Open | Data | Close) -> tuple[list[Event], list[Close]]:
         """Deliver one sequenced record. Returns (app events, records to send). Duplicates are dropped
         here; the caller ACKs every sequenced record regardless."""
+        if type(r) is Data:
+            ev = self.receive_data(r)
+            return ([ev] if ev is not None else []), []
         if not self.inb.accept(r.seqnum):
             return [], []
-        if isinstance(r, Data):
-            sc = self.channels.get(r.scid)
-            if sc is None or sc.state in ("read_closed", "closed"):
-                return [Ignored(f"DATA for unknown or read-closed subchannel {r.scid}")], []
-            return [Received(r.scid, r.data)], []
         if isinstance(r, Open):
             if r.scid in self.channels or r.scid == 0:
                 return [Ignored(f"duplicate OPEN for subchannel {r.scid}")], []

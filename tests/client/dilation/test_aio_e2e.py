@@ -92,6 +92,40 @@ async def test_eight_parallel_subchannels_and_close_semantics(servers):
     await close()
 
 
+async def test_bulk_subchannels_take_turns(servers):
+    # Writers that never have to wait (the connection has room) still take turns: when the first of four bulk
+    # subchannels has delivered everything, each other one has delivered at least half of its data. Before
+    # drain() yielded, the first ran to completion while the others sat at their first megabyte.
+    da, db, _, close = await pair(servers, listen=False)
+    listener = db.listen("bulk")
+    size, block = 32 << 20, os.urandom(1 << 20)
+    delivered: dict[int, int] = {}
+    when_first_done: list[dict[int, int]] = []
+
+    async def sender():
+        _, w = await da.open("bulk")
+        for _ in range(size // len(block)):
+            w.write(block)
+            await w.drain()
+        w.close()
+
+    async def receiver():
+        r, w = await listener.accept()
+        scid = w.get_extra_info("scid")
+        delivered[scid] = 0
+        while chunk := await r.read(1 << 20):
+            delivered[scid] += len(chunk)
+        if not when_first_done:
+            when_first_done.append(dict(delivered))
+        w.close()
+
+    await asyncio.gather(*(sender() for _ in range(4)), *(receiver() for _ in range(4)))
+    assert sorted(delivered.values()) == [size] * 4
+    snapshot = when_first_done[0]
+    assert len(snapshot) == 4 and min(snapshot.values()) >= size // 2, snapshot
+    await close()
+
+
 async def test_acks_are_cumulative_and_pending_ones_go_out_on_close(servers):
     # The delay is out of reach, so only bytes trigger an ACK: at most one per 2 MiB delivered.
     da, db, _, close = await pair(servers, listen=False, ack_every_bytes=2 * 1024 * 1024, ack_delay=3600.0)
