@@ -143,7 +143,7 @@ class NoiseSession:
         others straight from body: one copy of the payload, no joins. Written into the start of `out` (and a
         view of that returned) when it is large enough, else into a new buffer."""
         assert self._send is not None, "handshake not finished"
-        sizes = [_sealed_size(len(head) + len(body)) for head, body in records]
+        sizes = [n + 16 if n <= NOISE_MAX_PAYLOAD else _sealed_size(n) for n in [len(h) + len(b) for h, b in records]]
         need = 4 * len(sizes) + sum(sizes)
         if out is None or len(out) < need:
             out = bytearray(need)

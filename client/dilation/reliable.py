@@ -73,7 +73,8 @@ class Outbound:
         n = 0
         q = self._queue
         while q and q[0].seqnum <= resp_seqnum:
-            self.unacked_bytes -= record_size(q.popleft())
+            r = q.popleft()
+            self.unacked_bytes -= (9 + len(r.data)) if type(r) is Data else 9  # record_size(r), once per record
             n += 1
         return n
 

@@ -76,10 +76,9 @@ class Attempt:
     def seal(self, records: list[Record], out: bytearray | None = None) -> bytearray | memoryview:
         """The frames of `records` back to back, ready for one write (in `out` if it is large enough); DATA
         payloads are encrypted straight into them."""
-        codec = self.codec
+        header, encode = self.codec.encode_data_header, self.codec.encode
         return self._noise.seal_frames([
-            (codec.encode_data_header(r.scid, r.seqnum), r.data) if isinstance(r, Data) else (codec.encode(r), b"")
-            for r in records], out)
+            (header(r.scid, r.seqnum), r.data) if type(r) is Data else (encode(r), b"") for r in records], out)
 
     def feed(self, data: bytes) -> tuple[bytes, list[Viable | Selected | Record]]:
         """Returns (bytes to write, events/records). Raises ProtocolError: drop the connection."""
