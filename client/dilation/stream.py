@@ -2,7 +2,8 @@
 
 The reader is a real asyncio.StreamReader whose "transport" is the subchannel: when what it holds passes
 twice its limit it asks the Dilation core to pause the L2 connection, and resumes it once drained. The writer
-queues DATA records; `drain()` waits while the connection is full (see aio.py).
+queues DATA records; `drain()` waits while the connection is full (see aio.py) and, every FAIR_SHARE bytes,
+lets the other subchannels' writers take a turn.
 """
 
 from __future__ import annotations
