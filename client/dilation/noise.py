@@ -24,8 +24,8 @@ NOISE_PROTOCOL = b"Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s"
 NOISE_MAX_CIPHERTEXT = 65535
 NOISE_MAX_PAYLOAD = NOISE_MAX_CIPHERTEXT - 16
 _MAX_NONCE = 2**64 - 1
-_NONCE = struct.Struct("<4xQ")
-_LEN = struct.Struct(">L")  # 32 zero bits, then the 64-bit counter little-endian
+_NONCE = struct.Struct("<4xQ")  # 32 zero bits, then the 64-bit counter little-endian
+_LEN = struct.Struct(">L")  # a frame's length prefix
 
 
 def _sealed_size(plaintext: int) -> int:
