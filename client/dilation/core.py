@@ -44,7 +44,7 @@ from .manager import (
     StopConnecting,
     UseHints,
 )
-from .reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound
+from .reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound, record_size
 from .stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from .subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 from .transport import Connector, L2Protocol, parse_relay_location
@@ -280,19 +280,15 @@ class Dilation:
         acked_before = self._ack_bytes
         try:
             for r in records:
-                if type(r) is Data:  # the bulk path
-                    self._ack_bytes += 9 + len(r.data)  # reliable.record_size
+                if type(r) is Data:  # the bulk path: one event, no lists
+                    self._ack_bytes += record_size(r)
                     ev = self.mux.receive_data(r)
                     if ev is None:
                         self.counters["duplicates"] += 1
-                    elif type(ev) is Received:
-                        reader = self._readers.get(ev.scid)
-                        if reader is not None:
-                            reader.feed_data(ev.data)
                     else:
                         self._deliver(ev)
                 elif isinstance(r, SEQUENCED):  # a tuple: `Open | Close` would build a union on every call
-                    self._ack_bytes += 9
+                    self._ack_bytes += record_size(r)
                     if r.seqnum <= self.inbound.watermark:
                         self.counters["duplicates"] += 1
                         continue

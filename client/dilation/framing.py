@@ -147,11 +147,8 @@ class Framer:
                 return out
             out.append(Frame(memoryview(p)[4:]))
             self._partial = bytearray()  # the view keeps the finished one alive, unmodified
-        max_frame = self._max_frame
         while end - pos >= 4:
-            (length,) = _LEN.unpack_from(data, pos)  # _length() written out: this loop runs once per record
-            if length > max_frame:
-                raise FramingError(f"frame of {length} bytes exceeds limit {max_frame}")
+            length = self._length(data, pos)
             if end - pos - 4 < length:
                 break
             out.append(Frame(view[pos + 4 : pos + 4 + length]))

@@ -23,7 +23,7 @@ DEFAULT_MAX_UNACKED_BYTES = 32 * 1024 * 1024
 
 
 def record_size(r: Open | Data | Close) -> int:
-    return 9 + (len(r.data) if isinstance(r, Data) else 0)
+    return 9 + len(r.data) if type(r) is Data else 9
 
 
 class Outbound:
@@ -44,15 +44,7 @@ class Outbound:
         return self._push(Open(scid, self._seq(), subprotocol))
 
     def data(self, scid: int, payload: bytes) -> Data:
-        # the bulk path, once per 64 KiB record: _seq() and _push() written out
-        seq = self._next
-        if seq > MAX_SEQNUM:
-            raise DilationError("outbound sequence numbers exhausted")
-        self._next = seq + 1
-        r = Data(scid, seq, payload)
-        self._queue.append(r)
-        self.unacked_bytes += 9 + len(payload)
-        return r
+        return self._push(Data(scid, self._seq(), payload))
 
     def close(self, scid: int) -> Close:
         return self._push(Close(scid, self._seq()))
@@ -73,8 +65,7 @@ class Outbound:
         n = 0
         q = self._queue
         while q and q[0].seqnum <= resp_seqnum:
-            r = q.popleft()
-            self.unacked_bytes -= (9 + len(r.data)) if type(r) is Data else 9  # record_size(r), once per record
+            self.unacked_bytes -= record_size(q.popleft())
             n += 1
         return n
 
