@@ -1,6 +1,7 @@
 """Dilation benchmark: burrow <-> burrow against magic-wormhole 0.24 <-> magic-wormhole 0.24, same run.
 
 Run: .venv/bin/python bench/dilation.py [--mb 1000] [--repeat 2] [--servers reference|burrow] [--cases direct,relay]
+     [--congestion host,cubic]
 
 Each case starts two peer processes (so each side has its own interpreter, as in real use) through one
 mailbox and transit relay on 127.0.0.1: the receiver listens for subprotocol "up", the sender opens 1 or 8
@@ -11,6 +12,9 @@ user+system), fastest of `--repeat` runs. Byte counts are always checked; `--ver
 Each row also runs the cipher-only stream (bench/cipher_only.py) on the same path: two processes that do
 nothing but seal, send, receive and open the records, a yardstick for what the cipher and the path allow on
 this machine. The machine is shared: compare the ratio printed per row, not absolute figures across runs.
+The TCP congestion control matters as much as anything here (see bench/netns.py), so by default the whole
+benchmark runs twice: on the host's network as it is, then in a private loopback-only network namespace
+with cubic, the Linux default (`--congestion host,cubic`); each table's header names the one it used.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+from netns import add_congestion_option, apply_congestion  # noqa: E402
 
 from tests.client.servers import start_servers  # noqa: E402
 from tests.interop.dilation_util import Peer  # noqa: E402
@@ -166,11 +173,7 @@ async def run_cipher_only(servers, *, relay: bool, total: int) -> float:
         await recv.wait()
 
 
-def _vs(rate: float, mw_rate: float, have_mw: bool) -> str:
-    return f"{rate / mw_rate:.2f}x" if have_mw else "n/a"
-
-
-async def main() -> None:
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1000, help="MB per case (default 1000: a sustained rate)")
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
@@ -180,7 +183,15 @@ async def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs per case; the fastest is reported (default 2)")
     ap.add_argument("--impls", default="burrow,mw,cipher",
                     help="which pairs to run; cipher: the cipher-only stream (bench/cipher_only.py)")
-    a = ap.parse_args()
+    add_congestion_option(ap, default="host,cubic")
+    return ap.parse_args()
+
+
+def _vs(rate: float, mw_rate: float, have_mw: bool) -> str:
+    return f"{rate / mw_rate:.2f}x" if have_mw else "n/a"
+
+
+async def main(a, network: str) -> None:
     total = a.mb * 1_000_000
     with tempfile.TemporaryDirectory() as tmp:
         servers = start_servers(a.servers, Path(tmp))
@@ -202,7 +213,7 @@ async def main() -> None:
                           file=sys.stderr, flush=True)
         finally:
             servers.stop()
-    print(f"\nDilation, {a.mb} MB per case, {a.servers} mailbox + transit relay on 127.0.0.1\n")
+    print(f"\nDilation, {a.mb} MB per case, {a.servers} mailbox + transit relay on 127.0.0.1, {network}\n")
     print("| path | subchannels | burrow MB/s | burrow CPU s | magic-wormhole 0.24 MB/s | magic-wormhole CPU s "
           "| speed ratio | CPU ratio | cipher-only MB/s | cipher-only / magic-wormhole | burrow / cipher-only |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -222,4 +233,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--peer":
         peer_main(sys.argv[2:])
     else:
-        asyncio.run(main())
+        args = parse_args()
+        network = apply_congestion(args)  # before any thread or loop: every process started later inherits it
+        if network is not None:
+            asyncio.run(main(args, network))

@@ -9,7 +9,7 @@ client pair and mode (direct; relay forced with --no-listen on both sides) sends
   * CPU seconds (user+sys) of the sender and receiver processes (from wait4 rusage, startup included).
 Prints a Markdown table with the burrow / magic-wormhole ratios.
 
-Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow]
+Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow] [--congestion cubic|bbr]
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "bench"))
+from netns import add_congestion_option, apply_congestion  # noqa: E402
 
 from tests.client.servers import VENV_BIN, start_servers  # noqa: E402
 
@@ -116,7 +119,11 @@ def main() -> None:
     ap.add_argument("--workdir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                     help="where the file and the received copy live (default /dev/shm: measure the transfer, "
                          "not the disk)")
+    add_congestion_option(ap)
     args = ap.parse_args()
+    network = apply_congestion(args)  # before any thread: the servers and clients inherit it
+    if network is None:
+        return
     work = Path(tempfile.mkdtemp(prefix="burrow-bench-", dir=args.workdir))
     try:
         src = work / "payload.bin"
@@ -140,15 +147,15 @@ def main() -> None:
             k = (r["mode"], r["client"])
             if k not in best or (r["ok"], r["mbps"]) > (best[k]["ok"], best[k]["mbps"]):
                 best[k] = r
-        print_table(list(best.values()), args.size_mib, args.repeat, len(rows))
+        print_table(list(best.values()), args.size_mib, args.repeat, len(rows), network)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0) -> None:
+def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0, network: str = "") -> None:
     load = os.getloadavg()[0]
     print(f"\n{size_mib} MiB file over loopback, best of {repeat} (load average {load:.1f} on {os.cpu_count()} "
-          f"CPUs at the end)\n")
+          f"CPUs at the end), {network}\n")
     print("| mode | client | MB/s | seconds | end-to-end s | end-to-end MB/s | CPU s sender | CPU s receiver | ok |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:

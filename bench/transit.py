@@ -18,6 +18,8 @@ it, a path closer to a real network than loopback (where the receiver's TCP work
 The load generator is cheap: one thread per socket (the GIL is released in the calls below); the
 sender uses send(2) from a 4 MiB buffer (or `--sender sendfile` from tmpfs), the receiver splices
 into /dev/null through a 1 MiB pipe. The machine is shared: compare ratios from one run.
+`--congestion cubic` runs it all in a private network namespace with that TCP congestion control
+(bench/netns.py); the header names the one used.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from pathlib import Path
 
 import psutil
 from benchutil import free_port, wait_port  # noqa: E402
-from netns import HOST_ADDR, PEER_ADDR, VethPair  # noqa: E402
+from netns import HOST_ADDR, PEER_ADDR, VethPair, add_congestion_option, apply_congestion  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -262,7 +264,11 @@ def main() -> None:
     ap.add_argument("--path", choices=["loopback", "veth"], default="loopback",
                     help="veth: senders and receivers in two network namespaces joined to the host by veth "
                          "pairs (needs root); the relays listen on the host side, the direct stream is routed")
+    add_congestion_option(ap)
     args = ap.parse_args()
+    args.network = apply_congestion(args)  # before any thread: the servers and namespaces inherit it
+    if args.network is None:
+        return
     global SEND_MODE, HOST, VETH
     SEND_MODE = args.sender
     with contextlib.ExitStack() as stack:
@@ -289,7 +295,7 @@ def report(args) -> None:
     ref, ours, direct = results["reference"], results["burrow"], results["direct"]
     where = "127.0.0.1" if args.path == "loopback" else "veth pairs between two network namespaces and the host"
     print(f"\nTransit relay benchmark: {args.bytes / 1e9:.2f} GB per case, one direction, {where}, "
-          f"median of {args.rounds} interleaved rounds; server CPU = the relay process's user+system per GB moved, "
+          f"median of {args.rounds} interleaved rounds, {args.network}; server CPU = the relay process's user+system per GB moved, "
           f"machine CPU = all processes and the kernel, senders and receivers included\n")
     head = "| figure | " + " | ".join(kinds) + " | burrow / reference | burrow / direct |"
     print(head)
