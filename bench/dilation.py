@@ -31,7 +31,6 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(ROOT / "bench"))
 from netns import add_congestion_option, apply_congestion  # noqa: E402
 
 from tests.client.servers import start_servers  # noqa: E402

@@ -27,7 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(ROOT / "bench"))
 from netns import add_congestion_option, apply_congestion  # noqa: E402
 
 from tests.client.servers import VENV_BIN, start_servers  # noqa: E402
