@@ -26,10 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the client's own transport cipher (ChaCha20-Poly1305, counter nonces) and record layout, so both sides make
 # the same calls on the same lengths as burrow
-from client.dilation.core import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
-from client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
-from client.dilation.noise import _Cipher  # noqa: E402
-from client.dilation.transport import SEAL_BATCH as BATCH  # noqa: E402
+from burrow.client.dilation.core import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
+from burrow.client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
+from burrow.client.dilation.noise import _Cipher  # noqa: E402
+from burrow.client.dilation.transport import SEAL_BATCH as BATCH  # noqa: E402
 
 RECORD = 9 + PAYLOAD  # plaintext bytes per record: DATA header and payload
 PIECES = -(-RECORD // PIECE)

@@ -42,7 +42,7 @@ def start_ours(tmp: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     admin = free_port()
     ADMIN_PORTS[port] = admin
-    cmd = [sys.executable, "-m", "mailbox_server", "--host", "127.0.0.1", "--port", str(port),
+    cmd = [sys.executable, "-m", "burrow.mailbox_server", "--host", "127.0.0.1", "--port", str(port),
            "--db", os.path.join(tmp, "burrow.sqlite"), "--admin-port", str(admin),
            "--max-connections-per-ip", "0", "--max-connections", "0", "--messages-per-second", "0"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

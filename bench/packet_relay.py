@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Packet relay benchmark: burrow-relay (DERP over TLS, STUN) with coturn's STUN side by side.
 
-The relay runs as `python -m packet_relay` pinned to one core (taskset -c 0); this process is the
+The relay runs as `python -m burrow.packet_relay` pinned to one core (taskset -c 0); this process is the
 load generator on the other core. Every phase is bounded (packet counts and a few seconds).
 
   forwarding   1200-byte packets, 1 / 4 / 16 sender->receiver pairs over TLS: packets/s, Gbit/s
@@ -41,12 +41,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
 
 from benchutil import free_port  # noqa: E402
+from burrow.packet_relay.protocol import frames as f  # noqa: E402
+from burrow.packet_relay.protocol.connection import ClientConnection, Connected  # noqa: E402
+from burrow.packet_relay.protocol.handshake import generate_private_key  # noqa: E402
+from burrow.packet_relay.stun import build_binding_request  # noqa: E402
 from packet_relay_load import pump  # noqa: E402
-
-from packet_relay.protocol import frames as f  # noqa: E402
-from packet_relay.protocol.connection import ClientConnection, Connected  # noqa: E402
-from packet_relay.protocol.handshake import generate_private_key  # noqa: E402
-from packet_relay.stun import build_binding_request  # noqa: E402
 
 PKT = 1200
 RECV_FRAME = f.FRAME_HEADER_LEN + 32 + PKT
@@ -55,7 +54,7 @@ UPGRADE = b"GET /derp HTTP/1.1\r\nHost: bench\r\nUpgrade: DERP\r\nConnection: Up
 
 
 def start_relay(tmp: str, stun_port: int) -> tuple[subprocess.Popen, int]:
-    cmd = [sys.executable, "-m", "packet_relay", "--host", "127.0.0.1", "--dev-tls", "--tls-dir", tmp + "/tls",
+    cmd = [sys.executable, "-m", "burrow.packet_relay", "--host", "127.0.0.1", "--dev-tls", "--tls-dir", tmp + "/tls",
            "--https-port", "0", "--admin-port", "0", "--stun-port", str(stun_port),
            "--stun-rate-per-source", "0", "--key-file", tmp + "/relay.key"]
     if shutil.which("taskset"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Relay forwarding cost per packet: the iroh path next to the DERP path, same relay, same load.
 
-The relay runs as `python -m packet_relay` (TLS, pinned to core 0 when taskset exists); this process
+The relay runs as `python -m burrow.packet_relay` (TLS, pinned to core 0 when taskset exists); this process
 drives it from the other core with blocking TLS sockets, one thread per socket (OpenSSL runs without
 the GIL), exactly as bench/packet_relay.py's forwarding phase does for DERP:
 senders write 1200-byte datagrams in batches of 64 frames, receivers count delivered bytes.
@@ -32,12 +32,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
 
+from burrow.packet_relay.iroh import frames as f  # noqa: E402
+from burrow.packet_relay.iroh.session import challenge_message  # noqa: E402
+from burrow.packet_relay.protocol.websocket import binary_header, encode_frame  # noqa: E402
 from nacl.signing import SigningKey  # noqa: E402
 from packet_relay_load import pump  # noqa: E402
-
-from packet_relay.iroh import frames as f  # noqa: E402
-from packet_relay.iroh.session import challenge_message  # noqa: E402
-from packet_relay.protocol.websocket import binary_header, encode_frame  # noqa: E402
 
 PKT = 1200
 BATCH_SEGMENTS = 10

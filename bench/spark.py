@@ -2,7 +2,7 @@
 """Spark pipeline benchmark: 1M and 5M synthetic events through the whole burrow-report, next to the
 same aggregations in DuckDB in the same run (a single-machine yardstick).
 
-Spark: `python -m spark` as a fresh process (JVM start included in the wall time), default local[*].
+Spark: `python -m burrow.spark` as a fresh process (JVM start included in the wall time), default local[*].
 DuckDB: the same steps in SQL: parse the JSON lines with an explicit schema, drop invalid lines and
 duplicates, write the events as Parquet partitioned by day, per-minute load (sweep for exact peaks,
 minute spread for averages and bytes), hourly percentiles, session outcomes/summary/histograms/daily,
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.events import ENVELOPE, SCHEMAS  # noqa: E402
-from spark.generate import generate  # noqa: E402
+from burrow.common.events import ENVELOPE, SCHEMAS  # noqa: E402
+from burrow.spark.generate import generate  # noqa: E402
 
 DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN", "counts": "MAP(VARCHAR, BIGINT)"}
 
@@ -54,7 +54,7 @@ def logs_for(work: Path, events: int) -> tuple[Path, int]:
 
 def run_spark(logs: Path, out: Path, master: str | None) -> dict[str, float]:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "spark", "--logs", str(logs / "*.jsonl"), "--out", str(out)]
+    cmd = [sys.executable, "-m", "burrow.spark", "--logs", str(logs / "*.jsonl"), "--out", str(out)]
     if master:
         cmd += ["--master", master]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")

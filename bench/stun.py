@@ -26,12 +26,12 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from packet_relay.stun import build_binding_request, parse_binding_response  # noqa: E402
+from burrow.packet_relay.stun import build_binding_request, parse_binding_response  # noqa: E402
 
 OURS = """
 import asyncio, sys
 sys.path.insert(0, {root!r})
-from packet_relay.stun_server import start_stun_server
+from burrow.packet_relay.stun_server import start_stun_server
 async def main():
     server = await start_stun_server("127.0.0.1", 0, rate_per_source=1e9, burst=1_000_000, registry=None)
     print(server.port, flush=True)

@@ -53,7 +53,7 @@ VETH: VethPair | None = None  # with --path veth: senders in namespace A, receiv
 def start_server(kind: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     if kind.startswith("burrow"):
-        cmd = [PY, "-m", "transit_relay", "--host", HOST, "--port", str(port), "--websocket-port", "-1",
+        cmd = [PY, "-m", "burrow.transit_relay", "--host", HOST, "--port", str(port), "--websocket-port", "-1",
                "--admin-port", "-1", "--max-connections-per-ip", "0", "--max-connections", "0"]
         if kind == "burrow-copy":
             cmd.append("--no-splice")

@@ -248,9 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     retain_freed_memory()
     if argv and argv[0] == "relay-probe":
-        sys.exit(_hook("client.derp.probe", argv[1:]))
+        sys.exit(_hook("burrow.client.derp.probe", argv[1:]))
     if argv and argv[0] == "forward":
-        sys.exit(_hook("client.dilation.forward", argv[1:]))
+        sys.exit(_hook("burrow.client.dilation.forward", argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("BURROW_LOG_LEVEL", "WARNING").upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -1,4 +1,4 @@
-"""`burrow-mailbox` / `python -m mailbox_server`: parse the configuration and run until signalled."""
+"""`burrow-mailbox` / `python -m burrow.mailbox_server`: parse the configuration and run until signalled."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 import logging
 import sys
 
-from common.config import describe, load_config
-from common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from burrow.common.config import describe, load_config
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging
 
 from .config import MailboxConfig
 from .server import MailboxServer

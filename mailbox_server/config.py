@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.config import setting
+from burrow.common.config import setting
 
 from .limits import Limits
 

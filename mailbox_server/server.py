@@ -18,9 +18,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from common.admin import AdminServer
-from common.events import EventLog
-from common.limits import ConnectionCaps
+from burrow.common.admin import AdminServer
+from burrow.common.events import EventLog
+from burrow.common.limits import ConnectionCaps
 
 from . import messages as m
 from .config import MailboxConfig

@@ -7,8 +7,8 @@ import logging
 import signal
 import sys
 
-from common.config import describe, load_config
-from common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from burrow.common.config import describe, load_config
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging
 
 from .config import RelayConfig
 from .server import RelayServer

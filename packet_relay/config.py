@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.config import setting
+from burrow.common.config import setting
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ PeerGone(Disconnected) goes to every peer that received from a key when its last
 
 from __future__ import annotations
 
-from common.limits import TokenBucket
+from burrow.common.limits import TokenBucket
 
 from .protocol.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
 from .stats import RelayStats

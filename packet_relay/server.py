@@ -13,9 +13,9 @@ import logging
 import time
 from pathlib import Path
 
-from common.admin import AdminServer
-from common.events import EventLog
-from common.limits import ConnectionCaps, TokenBucket
+from burrow.common.admin import AdminServer
+from burrow.common.events import EventLog
+from burrow.common.limits import ConnectionCaps, TokenBucket
 
 from . import keys
 from .access import AccessControl

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from itertools import islice
 from time import monotonic
 
-from common.limits import TokenBucket
-from packet_relay.stun import (
+from burrow.common.limits import TokenBucket
+from burrow.packet_relay.stun import (
     DEFAULT_SOFTWARE,
     NotBindingRequest,
     Responder,

@@ -3,7 +3,7 @@
 Days of traffic for all three services: a daily cycle (quiet at night UTC, busy in the afternoon), a
 steady day-over-day growth, every mood and close reason, several app ids and nodes, periodic stats
 lines, and optionally a few malformed lines. Lines are sorted by `ts` within each day, as a server
-writes them. `python -m spark.generate --out DIR --events N` writes `DIR/<service>-<node>.jsonl`.
+writes them. `python -m burrow.spark.generate --out DIR --events N` writes `DIR/<service>-<node>.jsonl`.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def _stats(svc: str, node: str, ts: float, load: float, rnd: random.Random) -> s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m spark.generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m burrow.spark.generate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="directory for the .jsonl files")
     parser.add_argument("--events", type=int, default=100_000, help="session/connection events in total")
     parser.add_argument("--days", type=int, default=7)

@@ -3,7 +3,7 @@
     spark-submit --master spark://host:7077 --py-files burrow.zip spark/submit.py --logs ... --out ...
 """
 
-from spark.__main__ import main
+from burrow.spark.__main__ import main
 
 if __name__ == "__main__":
     main()

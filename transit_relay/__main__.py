@@ -6,10 +6,10 @@ import asyncio
 import logging
 import sys
 
-from common.config import describe, load_config
-from common.service import raise_nofile_limit, run_until_signalled, setup_logging
-from transit_relay.config import TransitConfig
-from transit_relay.server import TransitServer
+from burrow.common.config import describe, load_config
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from burrow.transit_relay.config import TransitConfig
+from burrow.transit_relay.server import TransitServer
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.config import setting
-from transit_relay.protocol import Limits
+from burrow.common.config import setting
+from burrow.transit_relay.protocol import Limits
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import os
 import socket
 from collections.abc import Callable
 
-from transit_relay.protocol import PairState
+from burrow.transit_relay.protocol import PairState
 
 HAVE_SPLICE = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
 _SPLICE_FLAGS = (os.SPLICE_F_NONBLOCK | os.SPLICE_F_MOVE) if HAVE_SPLICE else 0

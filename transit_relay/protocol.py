@@ -18,7 +18,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from common.limits import ConnectionCaps
+from burrow.common.limits import ConnectionCaps
 
 MAX_HANDSHAKE_LINE = 1024  # bytes before the newline, as the reference's LineReceiver.MAX_LENGTH
 OK = b"ok\n"

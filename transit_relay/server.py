@@ -13,13 +13,13 @@ import logging
 import socket
 import time
 
-from common.admin import AdminServer
-from common.events import EventLog
-from transit_relay.config import TransitConfig
-from transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
-from transit_relay.metrics import make_registry
-from transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
-from transit_relay.websocket import StreamPair, WebSocketListener
+from burrow.common.admin import AdminServer
+from burrow.common.events import EventLog
+from burrow.transit_relay.config import TransitConfig
+from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
+from burrow.transit_relay.metrics import make_registry
+from burrow.transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
+from burrow.transit_relay.websocket import StreamPair, WebSocketListener
 
 log = logging.getLogger("burrow.transit")
 _ACCEPT_BURST = 64

@@ -24,11 +24,11 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
-from packet_relay.protocol import frames as f
-from packet_relay.protocol.connection import ClientConnection, Connected
-from packet_relay.protocol.handshake import ClientInfoJSON, generate_private_key, public_key
-from packet_relay.protocol.http import parse_head, websocket_accept
-from packet_relay.protocol.websocket import WebSocketStream
+from burrow.packet_relay.protocol import frames as f
+from burrow.packet_relay.protocol.connection import ClientConnection, Connected
+from burrow.packet_relay.protocol.handshake import ClientInfoJSON, generate_private_key, public_key
+from burrow.packet_relay.protocol.http import parse_head, websocket_accept
+from burrow.packet_relay.protocol.websocket import WebSocketStream
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_HEAD = 16 * 1024

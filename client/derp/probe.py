@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from .client import DerpClient
 
 try:  # the relay's own STUN codec (packet_relay/stun.py)
-    from packet_relay.stun import build_binding_request, parse_binding_response
+    from burrow.packet_relay.stun import build_binding_request, parse_binding_response
 except ImportError:  # pragma: no cover - only when the STUN module is absent
     build_binding_request = parse_binding_response = None
 
@@ -112,7 +112,7 @@ async def probe(args: argparse.Namespace, out=sys.stdout) -> int:
     await a.close()
     await b.close()
     if not args.no_iroh:
-        from packet_relay.iroh.probe import probe_iroh  # counts its failures through say()
+        from burrow.packet_relay.iroh.probe import probe_iroh  # counts its failures through say()
 
         await probe_iroh(args.url, say, ca_file=args.ca_file, insecure=args.insecure, count=args.count,
                          timeout=args.timeout, token=args.iroh_token)

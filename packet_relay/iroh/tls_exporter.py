@@ -126,7 +126,7 @@ def available() -> bool:
         _available = False
         try:
             child = subprocess.run(
-                [sys.executable, "-c", "import sys; from packet_relay.iroh.tls_exporter import self_check; "
+                [sys.executable, "-c", "import sys; from burrow.packet_relay.iroh.tls_exporter import self_check; "
                                        "sys.exit(0 if self_check() else 1)"],
                 capture_output=True, timeout=30, cwd=_package_root())
             _available = child.returncode == 0 and self_check()

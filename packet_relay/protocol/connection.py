@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.limits import TokenBucket
+from burrow.common.limits import TokenBucket
 
 from . import frames as f
 from .handshake import (

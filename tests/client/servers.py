@@ -1,7 +1,7 @@
 """Start a mailbox + transit relay pair on 127.0.0.1 for client tests.
 
 kind="reference": the magic-wormhole reference servers from the venv (twist wormhole-mailbox /
-twist transitrelay). kind="burrow": ours (python -m mailbox_server / python -m transit_relay).
+twist transitrelay). kind="burrow": ours (python -m burrow.mailbox_server / python -m burrow.transit_relay).
 The reference servers cannot report an ephemeral port back, so we reserve a free port first.
 """
 
@@ -93,10 +93,10 @@ def start_servers(kind: str, workdir: Path, transit_port: int | None = None) -> 
         ]
     elif kind == "burrow":
         cmds = [
-            [sys.executable, "-m", "mailbox_server", "--host", "127.0.0.1", "--port", str(mport),
+            [sys.executable, "-m", "burrow.mailbox_server", "--host", "127.0.0.1", "--port", str(mport),
              "--db", str(workdir / "mailbox.sqlite"), "--admin-port", "0",
              "--event-log", str(workdir / "mailbox-events.jsonl")],
-            [sys.executable, "-m", "transit_relay", "--host", "127.0.0.1", "--port", str(tport),
+            [sys.executable, "-m", "burrow.transit_relay", "--host", "127.0.0.1", "--port", str(tport),
              "--websocket-port", "0", "--admin-port", "0"],
         ]
     else:

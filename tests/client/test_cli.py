@@ -5,9 +5,8 @@ import subprocess
 import sys
 
 import pytest
-
-from client import cli, errors
-from client.progress import ProgressBar, human
+from burrow.client import cli, errors
+from burrow.client.progress import ProgressBar, human
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,7 +55,7 @@ def test_hidden_progress_writes_nothing():
 
 
 def _burrow(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "client.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "burrow.client.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
 

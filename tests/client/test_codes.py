@@ -1,11 +1,10 @@
 import re
 
 import pytest
+from burrow.client import codes
+from burrow.client.errors import CodeFormatError
+from burrow.client.wordlist import EVEN_WORDS, ODD_WORDS, WORDS
 from wormhole._wordlist import PGPWordList, raw_words
-
-from client import codes
-from client.errors import CodeFormatError
-from client.wordlist import EVEN_WORDS, ODD_WORDS, WORDS
 
 
 def test_wordlist_is_magic_wormholes():

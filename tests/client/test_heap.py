@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from client.heap import glibc
+from burrow.client.heap import glibc
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # 16 MiB in 1 MiB buffers allocated and freed 20 times, as a transfer's plaintexts and frames come and go
 CHURN = """
 import resource, sys
-from client.heap import retain_freed_memory
+from burrow.client.heap import retain_freed_memory
 if sys.argv[1] == "retain":
     assert retain_freed_memory() and retain_freed_memory()  # idempotent
 def churn(rounds):

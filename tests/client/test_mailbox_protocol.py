@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from client.mailbox_protocol import (
+from burrow.client.mailbox_protocol import (
     Allocated,
     ClientMessage,
     MailboxClient,

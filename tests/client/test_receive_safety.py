@@ -4,10 +4,9 @@ import stat
 import zipfile
 
 import pytest
-
-from client.errors import TransferRejected
-from client.receive import check_zip, extract_zip, safe_name
-from client.transfer import zip_directory
+from burrow.client.errors import TransferRejected
+from burrow.client.receive import check_zip, extract_zip, safe_name
+from burrow.client.transfer import zip_directory
 
 
 def make_zip(path, entries):

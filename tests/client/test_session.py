@@ -2,9 +2,7 @@
 
 import json
 
-from wormhole import _key as wh_key
-
-from client.session import (
+from burrow.client.session import (
     AppMessage,
     Closed,
     CodeReady,
@@ -14,6 +12,7 @@ from client.session import (
     Verified,
     WormholeSession,
 )
+from wormhole import _key as wh_key
 
 APPID = "lothar.com/wormhole/text-or-file-xfer"
 

@@ -4,9 +4,8 @@ import os
 import subprocess
 import sys
 
+from burrow.client import sodium
 from nacl.secret import SecretBox
-
-from client import sodium
 
 
 def test_chosen_build_matches_pynacl_secretbox():

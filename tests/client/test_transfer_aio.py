@@ -5,11 +5,10 @@ import hashlib
 import os
 
 import pytest
-
-from client.errors import TransferError, TransferRejected
-from client.receive import ReceiveOptions, receive
-from client.transfer import send_path, send_text
-from client.wormhole import Wormhole
+from burrow.client.errors import TransferError, TransferRejected
+from burrow.client.receive import ReceiveOptions, receive
+from burrow.client.transfer import send_path, send_text
+from burrow.client.wormhole import Wormhole
 
 pytestmark = pytest.mark.timeout(60)
 

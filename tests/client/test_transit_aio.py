@@ -4,9 +4,8 @@ import asyncio
 import os
 
 import pytest
-
-from client.errors import TransitError
-from client.transit.aio import Transit, local_addresses
+from burrow.client.errors import TransitError
+from burrow.client.transit.aio import Transit, local_addresses
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -3,11 +3,10 @@
 import re
 
 import pytest
+from burrow.client.transit import protocol as P
 from nacl.secret import SecretBox
 from wormhole import _hints as wh_hints
 from wormhole import transit as wh_transit
-
-from client.transit import protocol as P
 
 TK = bytes(range(100, 132))
 
@@ -157,7 +156,7 @@ def test_parse_helper_rejects(bad):
 
 
 async def test_pipe_protocol_reassembles_frames_from_any_chunking():
-    from client.transit.pipe import _PipeProtocol
+    from burrow.client.transit.pipe import _PipeProtocol
 
     enc_key, _ = P.record_keys(TK, "sender")
     e = P.RecordEncoder(enc_key)
@@ -182,7 +181,7 @@ async def test_pipe_protocol_reassembles_frames_from_any_chunking():
 
 
 async def test_pipe_protocol_rejects_bad_length():
-    from client.transit.pipe import _PipeProtocol
+    from burrow.client.transit.pipe import _PipeProtocol
 
     proto = _PipeProtocol(1000)
     proto.feed((5000).to_bytes(4, "big"))

@@ -3,9 +3,8 @@
 import asyncio
 
 import pytest
-
-from client.errors import ServerConnectionError, WrongCodeError
-from client.wormhole import Wormhole
+from burrow.client.errors import ServerConnectionError, WrongCodeError
+from burrow.client.wormhole import Wormhole
 
 pytestmark = pytest.mark.timeout(60)
 

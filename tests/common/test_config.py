@@ -1,8 +1,7 @@
 from dataclasses import dataclass
 
 import pytest
-
-from common.config import load_config, setting
+from burrow.common.config import load_config, setting
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-from common.limits import ConnectionCaps, TokenBucket
+from burrow.common.limits import ConnectionCaps, TokenBucket
 
 
 def test_connection_caps_total_and_per_ip():

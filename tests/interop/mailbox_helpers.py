@@ -18,7 +18,7 @@ TWIST = str(VENV_BIN / "twist")
 
 
 class MailboxProcess:
-    """`python -m mailbox_server` on 127.0.0.1; `port` is read from its start-up line."""
+    """`python -m burrow.mailbox_server` on 127.0.0.1; `port` is read from its start-up line."""
 
     def __init__(self, db: str, port: int = 0, extra: list[str] | None = None) -> None:
         self.db = db
@@ -27,7 +27,7 @@ class MailboxProcess:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> MailboxProcess:
-        cmd = [sys.executable, "-m", "mailbox_server", "--host", "127.0.0.1", "--port", str(self.port),
+        cmd = [sys.executable, "-m", "burrow.mailbox_server", "--host", "127.0.0.1", "--port", str(self.port),
                "--db", self.db, "--admin-port", "-1", *self.extra]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))

@@ -2,7 +2,7 @@
 
 The pytest test runs this file as a driver under `unshare -n` (root needed): loopback up, loopback
 UDP dropped (iptables + ip6tables) so iroh cannot move to a direct path, then our relay
-(`python -m packet_relay`, plain http://) and iroh endpoints (tests/interop/iroh_peer.py, each a
+(`python -m burrow.packet_relay`, plain http://) and iroh endpoints (tests/interop/iroh_peer.py, each a
 subprocess) inside it. The driver prints one JSON report; the test checks it. iroh endpoints never
 run outside the namespace: their port mapper would probe the real network.
 """
@@ -52,7 +52,7 @@ class Relay:
     def __init__(self, tmp: Path, name: str, *extra: str) -> None:
         self.port, self.admin = _free_port(), _free_port()
         self.log = tmp / f"{name}.jsonl"
-        cmd = [sys.executable, "-m", "packet_relay", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "burrow.packet_relay", "--host", "127.0.0.1",
                "--http-port", str(self.port), "--https-port", "-1", "--stun-port", "0",
                "--admin-port", str(self.admin),
                "--event-log", str(self.log), "--key-file", str(tmp / f"{name}.key"), *extra]

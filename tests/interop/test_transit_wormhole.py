@@ -90,7 +90,7 @@ def sandbox(tmp_path_factory):
         box.event_log = tmp / "transit.jsonl"
         box.spawn(str(VENV_BIN / "twist"), "wormhole-mailbox", "--port=tcp:4000:interface=127.0.0.1",
                   cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        box.spawn(sys.executable, "-m", "transit_relay", "--host", "127.0.0.1", "--port", "4001",
+        box.spawn(sys.executable, "-m", "burrow.transit_relay", "--host", "127.0.0.1", "--port", "4001",
                   "--websocket-port", "-1", "--admin-port", "-1", "--event-log", str(box.event_log),
                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         box.wait_port(4000)

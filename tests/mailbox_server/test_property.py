@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
+from burrow.mailbox_server.store import Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from mailbox_server.store import Store
 
 from .vectors import Harness
 

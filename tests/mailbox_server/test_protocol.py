@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from mailbox_server.limits import Limits
+from burrow.mailbox_server.limits import Limits
 
 from .vectors import Harness
 

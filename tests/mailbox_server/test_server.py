@@ -8,12 +8,11 @@ import json
 
 import aiohttp
 import pytest
+from burrow.common.events import validate
+from burrow.mailbox_server.config import MailboxConfig
+from burrow.mailbox_server.server import MailboxServer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
-
-from common.events import validate
-from mailbox_server.config import MailboxConfig
-from mailbox_server.server import MailboxServer
 
 
 def make_config(tmp_path, **kw) -> MailboxConfig:
@@ -205,7 +204,7 @@ async def test_prune_timer_stats_line_and_metrics(tmp_path):
 
 
 def test_flags_used_by_make_run(tmp_path):
-    from common.config import load_config
+    from burrow.common.config import load_config
 
     cfg = load_config(MailboxConfig, "mailbox", ["--db", "var/mailbox.sqlite", "--event-log",
                                                  "var/logs/mailbox.jsonl"], environ={"BURROW_MAILBOX_PORT": "4555"})
@@ -254,9 +253,8 @@ async def test_oversized_frame_is_refused_with_1009(tmp_path):
     (("127.0.0.1", 1), {"X-Real-IP": "198.51.100.7", "X-Real-Port": "nope"}, {"ipv4": "198.51.100.7"}),
 ])
 def test_your_address(peer, headers, you):
+    from burrow.mailbox_server.wsconn import address_of
     from websockets.datastructures import Headers
-
-    from mailbox_server.wsconn import address_of
 
     assert address_of(peer, Headers(headers))[0] == you
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mailbox_server.store import Store
+from burrow.mailbox_server.store import Store
 
 from .vectors import Harness
 
@@ -72,8 +72,7 @@ def test_refuses_foreign_schema_version(tmp_path):
     import sqlite3
 
     import pytest
-
-    from mailbox_server.store import StoreError
+    from burrow.mailbox_server.store import StoreError
 
     path = str(tmp_path / "x.sqlite")
     db = sqlite3.connect(path)

@@ -7,8 +7,8 @@ import random
 from itertools import count
 from typing import Any
 
-from mailbox_server.limits import Limits
-from mailbox_server.protocol import Drop, MailboxCore, Send, Session, Usage
+from burrow.mailbox_server.limits import Limits
+from burrow.mailbox_server.protocol import Drop, MailboxCore, Send, Session, Usage
 
 
 class Harness:

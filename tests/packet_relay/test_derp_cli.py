@@ -1,4 +1,4 @@
-"""`python -m packet_relay` as `make run` starts it (signals included), and the relay-probe command."""
+"""`python -m burrow.packet_relay` as `make run` starts it (signals included), and the relay-probe command."""
 
 import asyncio
 import io
@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 
-from client.derp import probe
+from burrow.client.derp import probe
 
 from .derp_util import TIMEOUT, ca, running_relay, url
 
@@ -37,14 +37,14 @@ async def test_probe_fails_on_untrusted_certificate_and_dead_stun(tmp_path):
 
 
 async def test_main_runs_with_make_run_arguments_sighup_reloads_and_sigterm_stops(tmp_path):
-    from packet_relay.protocol.handshake import generate_private_key, public_key
+    from burrow.packet_relay.protocol.handshake import generate_private_key, public_key
 
     log = tmp_path / "logs" / "relay.jsonl"
     keep, drop = generate_private_key(), generate_private_key()
     allow = tmp_path / "allow.txt"
     allow.write_text(f"{public_key(keep).hex()}\n{public_key(drop).hex()}\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "packet_relay", "--dev-tls", "--tls-dir", str(tmp_path / "tls"),
+        sys.executable, "-m", "burrow.packet_relay", "--dev-tls", "--tls-dir", str(tmp_path / "tls"),
         "--key-file", str(tmp_path / "relay.key"), "--event-log", str(log), "--allow-list", str(allow),
         "--host", "127.0.0.1", "--https-port", "0", "--stun-port", "0", "--admin-port", "0",
         stderr=asyncio.subprocess.PIPE, cwd=os.getcwd())
@@ -54,7 +54,7 @@ async def test_main_runs_with_make_run_arguments_sighup_reloads_and_sigterm_stop
             line = await asyncio.wait_for(proc.stderr.readline(), TIMEOUT)
             assert line, "relay exited early"
         port = int(re.search(rb"https (\d+)", line).group(1))
-        from client.derp import DerpClient
+        from burrow.client.derp import DerpClient
 
         opts = dict(ca_file=str(tmp_path / "tls" / "relay.crt"), reconnect=False)
         c = DerpClient(f"https://127.0.0.1:{port}", keep, **opts)

@@ -2,10 +2,9 @@
 one-byte-at-a-time feeding, and fuzzing (decoders raise only our ProtocolError)."""
 
 import pytest
+from burrow.packet_relay.protocol import frames as f
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from packet_relay.protocol import frames as f
 
 K1 = bytes(range(32))
 K2 = bytes(range(32, 64))

@@ -4,19 +4,16 @@ import json
 
 import nacl.public
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from common.limits import TokenBucket
-from packet_relay.protocol import frames as f
-from packet_relay.protocol.connection import (
+from burrow.common.limits import TokenBucket
+from burrow.packet_relay.protocol import frames as f
+from burrow.packet_relay.protocol.connection import (
     ClientConnection,
     ClientHello,
     Connected,
     ServerConnection,
     Throttled,
 )
-from packet_relay.protocol.handshake import (
+from burrow.packet_relay.protocol.handshake import (
     ClientInfoJSON,
     ServerInfoJSON,
     generate_private_key,
@@ -24,8 +21,16 @@ from packet_relay.protocol.handshake import (
     open_client_info,
     public_key,
 )
-from packet_relay.protocol.http import HttpError, RequestReader, response, websocket_accept
-from packet_relay.protocol.websocket import OP_PING, OP_TEXT, WebSocketError, WebSocketStream, encode_frame
+from burrow.packet_relay.protocol.http import HttpError, RequestReader, response, websocket_accept
+from burrow.packet_relay.protocol.websocket import (
+    OP_PING,
+    OP_TEXT,
+    WebSocketError,
+    WebSocketStream,
+    encode_frame,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SERVER = generate_private_key()
 CLIENT = generate_private_key()

@@ -11,10 +11,9 @@ import pytest
 from aioice import stun as aioice_stun
 from aioice.candidate import Candidate
 from aioice.ice import StunProtocol, server_reflexive_candidate
+from burrow.packet_relay.stun import BindingRequest, StunError, build_binding_request, parse_binding_response
+from burrow.packet_relay.stun_server import SourceLimiter, StunServer, start_stun_server
 from prometheus_client import CollectorRegistry, generate_latest
-
-from packet_relay.stun import BindingRequest, StunError, build_binding_request, parse_binding_response
-from packet_relay.stun_server import SourceLimiter, StunServer, start_stun_server
 
 CLIENT_TIMEOUT = 15.0  # seconds for an external client run or one awaited answer
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from spark.schemas import LINE_SCHEMA, UNION_FIELDS  # needs PySpark: pip install 'burrow[spark]'
+from burrow.spark.schemas import LINE_SCHEMA, UNION_FIELDS  # needs PySpark: pip install 'burrow[spark]'
 
 
 @pytest.fixture(scope="session")
 def spark():
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from spark.session import spark_session
+    from burrow.spark.session import spark_session
 
     session = spark_session("local[2]", app_name="burrow-tests", shuffle_partitions=4, driver_memory="1g")
     yield session

@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-
-from spark.capacity import (
+from burrow.spark.capacity import (
     CapacityConfig,
     CapacityConfigError,
     NodeCapacity,

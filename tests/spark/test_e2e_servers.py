@@ -150,7 +150,7 @@ def test_servers_logs_through_burrow_report(spark, tmp_path, capsys):
     mailbox_bytes = sum(r["bytes"] for r in raw if r["event"] == "mailbox")
     assert mailbox_bytes > 0
 
-    from spark.__main__ import main
+    from burrow.spark.__main__ import main
 
     out = tmp_path / "report"
     main(["--logs", str(logs / "*.jsonl"), "--out", str(out)])

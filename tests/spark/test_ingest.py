@@ -6,9 +6,8 @@ import json
 import os
 
 import pytest
+from burrow.spark.ingest import IngestError, ingest
 from pyspark.sql import functions as F
-
-from spark.ingest import IngestError, ingest
 
 from .conftest import event
 
@@ -86,7 +85,7 @@ def test_bad_input_is_refused_with_a_clear_message(spark, tmp_path):
 
 def test_many_files_share_one_scan_with_the_same_counts(spark, tmp_path, monkeypatch):
     """Beyond MAX_TAGGED_SCANS files the source name comes from input_file_name(): same per-file counts."""
-    import spark.ingest as ingest_module
+    import burrow.spark.ingest as ingest_module
 
     logs = tmp_path / "logs"
     logs.mkdir()

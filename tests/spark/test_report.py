@@ -11,16 +11,15 @@ import zlib
 from pathlib import Path
 
 import pytest
-
-from spark.generate import generate
-from spark.report import render
+from burrow.spark.generate import generate
+from burrow.spark.report import render
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
-    return subprocess.run([sys.executable, "-m", "spark", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "burrow.spark", *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=timeout)
 
 
@@ -38,7 +37,7 @@ def test_cli_refuses_missing_and_empty_input_before_starting_spark(tmp_path):
 
 
 def test_cli_errors_need_spark(spark, tmp_path, capsys):
-    from spark.__main__ import main
+    from burrow.spark.__main__ import main
 
     (tmp_path / "junk.jsonl").write_text("hello\nworld\n")
     with pytest.raises(SystemExit) as exc:

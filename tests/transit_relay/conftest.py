@@ -3,9 +3,8 @@ import json
 import socket
 
 import pytest
-
-from transit_relay.config import TransitConfig
-from transit_relay.server import TransitServer
+from burrow.transit_relay.config import TransitConfig
+from burrow.transit_relay.server import TransitServer
 
 TOKEN = b"0123456789abcdef" * 4
 

@@ -116,7 +116,7 @@ async def test_slow_websocket_reader_throttles_tcp_writer(make_server):
 async def test_relay_process_rss_stays_bounded(tmp_path, reader):
     """The same with the relay in its own process: its resident memory barely moves."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "transit_relay", "--host", "127.0.0.1", "--port", "0", "--websocket-port", "0",
+        sys.executable, "-m", "burrow.transit_relay", "--host", "127.0.0.1", "--port", "0", "--websocket-port", "0",
         "--admin-port", "-1", "--no-splice", cwd=ROOT, stderr=asyncio.subprocess.PIPE)
     try:
         ports = None

@@ -1,4 +1,4 @@
-"""`python -m transit_relay` as `make run` starts it: flags, start-up, pairing, SIGTERM, event log."""
+"""`python -m burrow.transit_relay` as `make run` starts it: flags, start-up, pairing, SIGTERM, event log."""
 
 import json
 import re
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_main_serves_and_stops_on_sigterm(tmp_path):
     log = tmp_path / "logs" / "transit.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "transit_relay", "--event-log", str(log), "--host", "127.0.0.1",
+        [sys.executable, "-m", "burrow.transit_relay", "--event-log", str(log), "--host", "127.0.0.1",
          "--port", "0", "--websocket-port", "0", "--admin-port", "0", "--stats-interval", "3600"],
         cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:

@@ -1,9 +1,8 @@
 """Sans-IO tests: literal handshake vectors, pairing rules, moods, timers and limits."""
 
 import pytest
-
-from common.events import validate
-from transit_relay.protocol import (
+from burrow.common.events import validate
+from burrow.transit_relay.protocol import (
     BAD_HANDSHAKE,
     IMPATIENT,
     BadHandshake,

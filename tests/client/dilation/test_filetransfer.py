@@ -6,9 +6,8 @@ import asyncio
 import os
 
 import pytest
-
-from client.dilation.aio import DILATION_VERSIONS
-from client.dilation.filetransfer import (
+from burrow.client.dilation.aio import DILATION_VERSIONS
+from burrow.client.dilation.filetransfer import (
     DATA,
     FILE_OFFER,
     TransferError,
@@ -20,7 +19,8 @@ from client.dilation.filetransfer import (
     safe_relative,
     send_on,
 )
-from client.wormhole import Wormhole
+from burrow.client.wormhole import Wormhole
+
 from tests.interop.dilation_util import CuttingProxy
 
 pytestmark = pytest.mark.timeout(120)
@@ -122,7 +122,7 @@ async def test_receiver_can_refuse(servers, tmp_path):
 async def test_cli_glue_send_dilated_and_receive(servers, tmp_path):
     from argparse import Namespace
 
-    from client.dilation.transfer_cli import (
+    from burrow.client.dilation.transfer_cli import (
         RECEIVER_WORMHOLE_KWARGS,
         cmd_send_dilated,
         is_dilated_sender,

@@ -1,9 +1,6 @@
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from client.dilation.errors import FramingError, NoiseError
-from client.dilation.framing import (
+from burrow.client.dilation.errors import FramingError, NoiseError
+from burrow.client.dilation.framing import (
     PROLOGUE_FOLLOWER,
     PROLOGUE_LEADER,
     Frame,
@@ -14,7 +11,9 @@ from client.dilation.framing import (
     hkdf,
     relay_handshake,
 )
-from client.dilation.noise import NOISE_MAX_CIPHERTEXT, NOISE_MAX_PAYLOAD, NoiseSession
+from burrow.client.dilation.noise import NOISE_MAX_CIPHERTEXT, NOISE_MAX_PAYLOAD, NoiseSession
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 KEY = bytes(range(32))
 

@@ -1,7 +1,6 @@
 import pytest
-
-from client.dilation.connection import KCM, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
-from client.dilation.errors import RecordError
+from burrow.client.dilation.connection import KCM, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
+from burrow.client.dilation.errors import RecordError
 
 GED = RecordCodec("ged")
 V1 = RecordCodec("1")

@@ -1,11 +1,10 @@
 import random
 
 import pytest
-
-from client.dilation.connection import Ack, Close, Data, Open
-from client.dilation.errors import ProtocolError, SubchannelClosed
-from client.dilation.reliable import Inbound, Outbound
-from client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
+from burrow.client.dilation.connection import Ack, Close, Data, Open
+from burrow.client.dilation.errors import ProtocolError, SubchannelClosed
+from burrow.client.dilation.reliable import Inbound, Outbound
+from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 
 
 def make(leader: bool, **kw) -> Mux:

@@ -1,9 +1,8 @@
 import pytest
-
-from client.dilation.connection import Data, RecordCodec
-from client.dilation.errors import ProtocolError
-from client.dilation.framing import PROLOGUE_FOLLOWER, PROLOGUE_LEADER, hkdf
-from client.dilation.manager import (
+from burrow.client.dilation.connection import Data, RecordCodec
+from burrow.client.dilation.errors import ProtocolError
+from burrow.client.dilation.framing import PROLOGUE_FOLLOWER, PROLOGUE_LEADER, hkdf
+from burrow.client.dilation.manager import (
     Abandon,
     Failed,
     Manager,
@@ -14,7 +13,7 @@ from client.dilation.manager import (
     UseHints,
     choose_version,
 )
-from client.dilation.selection import Attempt, Selected, Selector, Viable, dial_delays
+from burrow.client.dilation.selection import Attempt, Selected, Selector, Viable, dial_delays
 
 KEY = hkdf(b"master", 32, b"dilation-v1")
 

@@ -3,8 +3,7 @@
 import asyncio
 
 import pytest
-
-from client.dilation.stream import SubchannelReader
+from burrow.client.dilation.stream import SubchannelReader
 
 
 class FlowLog:

@@ -1,8 +1,7 @@
 """The iroh half of `burrow relay-probe` against a real relay (HTTP and HTTPS) and a broken one."""
 
 import pytest
-
-from packet_relay.iroh.probe import probe_iroh
+from burrow.packet_relay.iroh.probe import probe_iroh
 
 from ..derp_util import ca
 from .util import http_url, https_url, iroh_relay
@@ -32,7 +31,7 @@ async def test_probe_fails_where_iroh_is_not_served(tmp_path):
 async def test_relay_probe_command_checks_the_iroh_path(tmp_path):
     import io
 
-    from client.derp import probe
+    from burrow.client.derp import probe
 
     async with iroh_relay(tmp_path) as server:
         out = io.StringIO()

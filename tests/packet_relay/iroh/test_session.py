@@ -1,11 +1,7 @@
 """The iroh relay connection state machine with a manual clock and real Ed25519 signatures."""
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from nacl.signing import SigningKey
-
-from packet_relay.iroh import frames as f
-from packet_relay.iroh.session import (
+from burrow.packet_relay.iroh import frames as f
+from burrow.packet_relay.iroh.session import (
     Authenticated,
     Closed,
     Forward,
@@ -13,6 +9,9 @@ from packet_relay.iroh.session import (
     challenge_message,
     pick_subprotocol,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nacl.signing import SigningKey
 
 CHALLENGE = bytes(range(16))
 

@@ -6,11 +6,10 @@ import os
 import ssl
 
 import pytest
+from burrow.packet_relay.iroh import frames as f
+from burrow.packet_relay.iroh import tls_exporter
+from burrow.packet_relay.iroh.session import challenge_message
 from nacl.signing import SigningKey
-
-from packet_relay.iroh import frames as f
-from packet_relay.iroh import tls_exporter
-from packet_relay.iroh.session import challenge_message
 
 from ..derp_util import ca
 from .util import TIMEOUT, client, iroh_relay, metric
@@ -61,7 +60,7 @@ async def _read_message(reader) -> bytes:
 
 
 def _masked(message: bytes) -> bytes:
-    from packet_relay.protocol.websocket import encode_frame
+    from burrow.packet_relay.protocol.websocket import encode_frame
 
     return encode_frame(0x2, message, mask=True)
 

@@ -4,11 +4,16 @@ import os
 import struct
 
 import pytest
+from burrow.packet_relay.iroh.frames import MAX_FRAME_SIZE
+from burrow.packet_relay.protocol.websocket import (
+    MessageStream,
+    WebSocketError,
+    binary_header,
+    encode_frame,
+    wrap,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from packet_relay.iroh.frames import MAX_FRAME_SIZE
-from packet_relay.protocol.websocket import MessageStream, WebSocketError, binary_header, encode_frame, wrap
 
 
 def masked(opcode: int, payload: bytes, fin: bool = True) -> bytes:

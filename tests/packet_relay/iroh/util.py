@@ -10,9 +10,8 @@ import re
 import ssl
 
 import aiohttp
-
-from packet_relay.iroh.client import IrohRelayClient
-from packet_relay.iroh.service import IrohService, IrohSettings
+from burrow.packet_relay.iroh.client import IrohRelayClient
+from burrow.packet_relay.iroh.service import IrohService, IrohSettings
 
 from ..derp_util import TIMEOUT, ca, running_relay
 
