@@ -43,7 +43,6 @@ CASE_TIMEOUT = 120.0  # seconds per case before it is reported as failed
 async def burrow_peer(args) -> None:
     from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
     from burrow.client.wormhole import Wormhole
-
     from tests.interop.dilation_util import send_blob, sink_blob
 
     def say(*parts):

@@ -32,11 +32,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
 
-from burrow.packet_relay.iroh import frames as f  # noqa: E402
-from burrow.packet_relay.iroh.session import challenge_message  # noqa: E402
-from burrow.packet_relay.protocol.websocket import binary_header, encode_frame  # noqa: E402
 from nacl.signing import SigningKey  # noqa: E402
 from packet_relay_load import pump  # noqa: E402
+
+from burrow.wire.iroh import frames as f  # noqa: E402
+from burrow.wire.iroh.handshake import challenge_message  # noqa: E402
+from burrow.wire.websocket import binary_header, encode_frame  # noqa: E402
 
 PKT = 1200
 BATCH_SEGMENTS = 10

@@ -26,7 +26,7 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from burrow.packet_relay.stun import build_binding_request, parse_binding_response  # noqa: E402
+from burrow.wire.stun import build_binding_request, parse_binding_response  # noqa: E402
 
 OURS = """
 import asyncio, sys

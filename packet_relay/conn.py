@@ -12,12 +12,14 @@ import logging
 import random
 import time
 
+from burrow.wire.derp import frames as f
+from burrow.wire.derp.connection import ClientHello, ServerConnection, Throttled
+from burrow.wire.errors import WireError
+from burrow.wire.http import HttpError, RequestReader, response
+from burrow.wire.websocket import WebSocketStream
+
 from .http_routes import handle_request
 from .peer import Peer
-from .protocol import frames as f
-from .protocol.connection import ClientHello, ServerConnection, Throttled
-from .protocol.http import HttpError, RequestReader, response
-from .protocol.websocket import WebSocketStream
 from .tlsio import TLSError, TLSSession
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ class RelayConn(Peer):
                 self._http_in(data)
         except TLSError:
             self.close("protocol" if self.phase == "derp" else "client")
-        except f.ProtocolError as exc:
+        except WireError as exc:
             self.server.stats.errors[(self.protocol, exc.reason)] += 1
             log.debug("protocol error from client: %s", exc)
             self.close("protocol")
@@ -209,7 +211,7 @@ class RelayConn(Peer):
         self.transport.resume_reading()
         try:
             self._derp_in(b"")  # frames that arrived behind ClientInfo
-        except f.ProtocolError as exc:
+        except WireError as exc:
             server.stats.errors[(self.protocol, exc.reason)] += 1
             self.close("protocol")
 
@@ -219,7 +221,7 @@ class RelayConn(Peer):
         self.transport.resume_reading()
         try:
             self._derp_in(b"")
-        except f.ProtocolError as exc:
+        except WireError as exc:
             self.server.stats.errors[(self.protocol, exc.reason)] += 1
             self.close("protocol")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import html
 import re
 
-from .protocol.http import Request, response, websocket_accept
-from .protocol.websocket import WebSocketStream
+from burrow.wire.http import Request, response, websocket_accept
+from burrow.wire.websocket import WebSocketStream
 
 CHALLENGE_RE = re.compile(r"^[A-Za-z0-9._\-:]{1,64}$")
 NO_CACHE = "no-cache, no-store, must-revalidate, no-transform, max-age=0"

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from .protocol.handshake import generate_private_key
+from burrow.wire.derp.handshake import generate_private_key
 
 
 class KeyFileError(ValueError):

@@ -16,8 +16,8 @@ PeerGone(Disconnected) goes to every peer that received from a key when its last
 from __future__ import annotations
 
 from burrow.common.limits import TokenBucket
+from burrow.wire.derp.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
 
-from .protocol.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
 from .stats import RelayStats
 
 DISCO_MAGIC = "TS💬".encode()

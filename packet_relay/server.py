@@ -16,14 +16,14 @@ from pathlib import Path
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.limits import ConnectionCaps, TokenBucket
+from burrow.wire.derp import frames as f
+from burrow.wire.derp.handshake import ServerInfoJSON, public_key
 
 from . import keys
 from .access import AccessControl
 from .config import RelayConfig
 from .conn import RelayConn
 from .iroh.service import IrohService, IrohSettings
-from .protocol import frames as f
-from .protocol.handshake import ServerInfoJSON, public_key
 from .registry import Registry
 from .stats import RelayStats, make_registry
 from .tls import generate_self_signed, server_context

@@ -1,4 +1,4 @@
-"""STUN over UDP: the thin asyncio adapter around `packet_relay.stun`.
+"""STUN over UDP: the thin asyncio adapter around `wire.stun`.
 
 One non-blocking UDP socket; when the event loop reports it readable we drain up to
 `DRAIN_BATCH` datagrams in one wake-up (asyncio's DatagramProtocol pays a full selector round
@@ -18,7 +18,7 @@ from itertools import islice
 from time import monotonic
 
 from burrow.common.limits import TokenBucket
-from burrow.packet_relay.stun import (
+from burrow.wire.stun import (
     DEFAULT_SOFTWARE,
     NotBindingRequest,
     Responder,

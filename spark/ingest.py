@@ -25,10 +25,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import reduce
 
-from burrow.common.events import SCHEMAS
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from burrow.common.events import SCHEMAS
 
 from . import fs
 from .schemas import KNOWN_VERSIONS, LINE_SCHEMA, UNION_FIELDS, required_fields

@@ -8,7 +8,6 @@ field of its (service, event) are present with the right kind; `required_fields`
 
 from __future__ import annotations
 
-from burrow.common.events import ENVELOPE, SCHEMA_VERSION, SCHEMAS, Field
 from pyspark.sql.types import (
     BooleanType,
     DataType,
@@ -19,6 +18,8 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+from burrow.common.events import ENVELOPE, SCHEMA_VERSION, SCHEMAS, Field
 
 # Schema versions this code understands; lines with another `v` are quarantined and reported.
 KNOWN_VERSIONS: tuple[int, ...] = (SCHEMA_VERSION,)

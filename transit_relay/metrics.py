@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from burrow.transit_relay.protocol import Relay
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from burrow.transit_relay.protocol import Relay
 
 
 class RelayCollector(Collector):

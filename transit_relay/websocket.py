@@ -16,9 +16,10 @@ import asyncio
 import contextlib
 import logging
 
-from burrow.transit_relay.protocol import OK, PairState, Phase
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+
+from burrow.transit_relay.protocol import OK, PairState, Phase
 
 log = logging.getLogger("burrow.transit.websocket")
 _FULL = 1013  # "try again later"

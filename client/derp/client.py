@@ -24,11 +24,12 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
-from burrow.packet_relay.protocol import frames as f
-from burrow.packet_relay.protocol.connection import ClientConnection, Connected
-from burrow.packet_relay.protocol.handshake import ClientInfoJSON, generate_private_key, public_key
-from burrow.packet_relay.protocol.http import parse_head, websocket_accept
-from burrow.packet_relay.protocol.websocket import WebSocketStream
+from burrow.wire.derp import frames as f
+from burrow.wire.derp.connection import ClientConnection, Connected
+from burrow.wire.derp.handshake import ClientInfoJSON, generate_private_key, public_key
+from burrow.wire.errors import WireError
+from burrow.wire.http import parse_head, websocket_accept
+from burrow.wire.websocket import WebSocketStream
 
 log = logging.getLogger(__name__)
 MAX_RESPONSE_HEAD = 16 * 1024
@@ -148,7 +149,7 @@ class DerpClient:
         while True:
             try:
                 events = await self._read_events(link, self.connect_timeout)
-            except f.ProtocolError as exc:
+            except WireError as exc:
                 raise DerpClientError(str(exc)) from exc
             link.write(link.machine.data_to_send())
             for ev in events:
@@ -194,7 +195,7 @@ class DerpClient:
             if link is not None:
                 try:
                     await self._pump(link)
-                except (TimeoutError, ConnectionError, OSError, f.ProtocolError) as exc:
+                except (TimeoutError, ConnectionError, OSError, WireError) as exc:
                     log.info("relay connection lost: %s", exc)
                 link.close()
                 self._link = None
@@ -214,7 +215,7 @@ class DerpClient:
             try:
                 await self.connect()
                 backoff = 0.5
-            except (TimeoutError, ConnectionError, OSError, f.ProtocolError, DerpClientError) as exc:
+            except (TimeoutError, ConnectionError, OSError, WireError, DerpClientError) as exc:
                 log.info("reconnect failed: %s", exc)
 
     async def _pump(self, link: _Link) -> None:

@@ -13,11 +13,11 @@ import os
 import random
 import time
 
+from burrow.wire.iroh import frames as f
+from burrow.wire.websocket import MessageStream, WebSocketError, binary_header, wrap
+
 from ..peer import Peer
-from ..protocol.frames import ProtocolError
-from ..protocol.websocket import MessageStream, binary_header, wrap
 from ..tlsio import TLSError
-from . import frames as f
 from .session import Authenticated, Closed, IrohSession
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class IrohConn(Peer):
             self._charge(len(data))
         try:
             messages = self.ws.feed_messages(data)
-        except ProtocolError as exc:
+        except WebSocketError as exc:
             self._error("websocket", str(exc))
             return
         back = self.ws.data_to_send()

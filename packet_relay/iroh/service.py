@@ -25,11 +25,12 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 from prometheus_client.core import CounterMetricFamily
 
-from ..protocol.http import Request, response, websocket_accept
-from . import frames as f
+from burrow.wire.http import Request, response, websocket_accept
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import pick_subprotocol
+
 from . import tls_exporter
 from .conn import IrohConn
-from .session import pick_subprotocol
 
 log = logging.getLogger(__name__)
 MAX_SENT_TO = 4096            # receivers remembered per source for EndpointGone

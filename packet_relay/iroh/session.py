@@ -16,29 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import blake3
 from nacl.exceptions import BadSignatureError
 from nacl.exceptions import ValueError as NaclValueError
 from nacl.signing import VerifyKey
 
-from . import frames as f
-
-SIGNATURE_CONTEXT = "iroh-relay handshake v1 challenge signature"
-SUBPROTOCOLS = ("iroh-relay-v2", "iroh-relay-v1")
-
-
-def challenge_message(challenge: bytes) -> bytes:
-    """What a client signs: blake3 derive_key over the server's 16-byte challenge."""
-    return blake3.blake3(challenge, derive_key_context=SIGNATURE_CONTEXT).digest()
-
-
-def pick_subprotocol(offered: str | None) -> str | None:
-    """Echo the highest iroh relay version the client offered, or None (-> HTTP 400)."""
-    names = {p.strip() for p in (offered or "").split(",")}
-    for name in SUBPROTOCOLS:
-        if name in names:
-            return name
-    return None
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import SUBPROTOCOLS, challenge_message
 
 
 @dataclass(frozen=True)

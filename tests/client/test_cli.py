@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+
 from burrow.client import cli, errors
 from burrow.client.progress import ProgressBar, human
 

@@ -1,10 +1,11 @@
 import re
 
 import pytest
+from wormhole._wordlist import PGPWordList, raw_words
+
 from burrow.client import codes
 from burrow.client.errors import CodeFormatError
 from burrow.client.wordlist import EVEN_WORDS, ODD_WORDS, WORDS
-from wormhole._wordlist import PGPWordList, raw_words
 
 
 def test_wordlist_is_magic_wormholes():

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from burrow.client.heap import glibc
 
 ROOT = Path(__file__).resolve().parents[2]

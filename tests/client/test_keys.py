@@ -3,11 +3,12 @@
 import json
 
 import pytest
-from burrow.client import keys
-from burrow.client.errors import WrongCodeError
 from spake2 import SPAKE2_Symmetric
 from wormhole import _key as wh_key
 from wormhole import util as wh_util
+
+from burrow.client import keys
+from burrow.client.errors import WrongCodeError
 
 K = bytes(range(32))
 PHASE_KEY_HEX = "fb0634a65fc823a06c93860cac98f8281255f0d897e9024984e68715b7cdf94b"

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from burrow.client.mailbox_protocol import (
     Allocated,
     ClientMessage,

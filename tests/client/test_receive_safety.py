@@ -4,6 +4,7 @@ import stat
 import zipfile
 
 import pytest
+
 from burrow.client.errors import TransferRejected
 from burrow.client.receive import check_zip, extract_zip, safe_name
 from burrow.client.transfer import zip_directory

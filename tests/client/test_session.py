@@ -2,6 +2,8 @@
 
 import json
 
+from wormhole import _key as wh_key
+
 from burrow.client.session import (
     AppMessage,
     Closed,
@@ -12,7 +14,6 @@ from burrow.client.session import (
     Verified,
     WormholeSession,
 )
-from wormhole import _key as wh_key
 
 APPID = "lothar.com/wormhole/text-or-file-xfer"
 

@@ -4,8 +4,9 @@ import os
 import subprocess
 import sys
 
-from burrow.client import sodium
 from nacl.secret import SecretBox
+
+from burrow.client import sodium
 
 
 def test_chosen_build_matches_pynacl_secretbox():

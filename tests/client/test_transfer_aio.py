@@ -5,6 +5,7 @@ import hashlib
 import os
 
 import pytest
+
 from burrow.client.errors import TransferError, TransferRejected
 from burrow.client.receive import ReceiveOptions, receive
 from burrow.client.transfer import send_path, send_text

@@ -4,6 +4,7 @@ import asyncio
 import os
 
 import pytest
+
 from burrow.client.errors import TransitError
 from burrow.client.transit.aio import Transit, local_addresses
 

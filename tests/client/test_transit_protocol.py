@@ -3,10 +3,11 @@
 import re
 
 import pytest
-from burrow.client.transit import protocol as P
 from nacl.secret import SecretBox
 from wormhole import _hints as wh_hints
 from wormhole import transit as wh_transit
+
+from burrow.client.transit import protocol as P
 
 TK = bytes(range(100, 132))
 

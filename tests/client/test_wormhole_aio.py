@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+
 from burrow.client.errors import ServerConnectionError, WrongCodeError
 from burrow.client.wormhole import Wormhole
 

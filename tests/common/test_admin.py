@@ -1,6 +1,7 @@
 import aiohttp
-from burrow.common.admin import AdminServer
 from prometheus_client import CollectorRegistry, Counter
+
+from burrow.common.admin import AdminServer
 
 
 async def test_admin_endpoints_on_loopback():

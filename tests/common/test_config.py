@@ -1,6 +1,7 @@
 from dataclasses import dataclass
 
 import pytest
+
 from burrow.common.config import load_config, setting
 
 

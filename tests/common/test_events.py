@@ -3,6 +3,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from burrow.common.events import ENVELOPE, SCHEMAS, EventLog, EventSchemaError, blur_size, blur_time
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"

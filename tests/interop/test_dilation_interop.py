@@ -10,9 +10,9 @@ import asyncio
 import os
 
 import pytest
+
 from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
 from burrow.client.wormhole import Wormhole
-
 from tests.client.servers import start_servers
 from tests.interop.dilation_util import CuttingProxy, Peer, send_blob, sink_blob
 

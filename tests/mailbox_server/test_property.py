@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from burrow.mailbox_server.store import Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from burrow.mailbox_server.store import Store
 
 from .vectors import Harness
 

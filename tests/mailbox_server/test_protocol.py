@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from burrow.mailbox_server.limits import Limits
 
 from .vectors import Harness

@@ -8,11 +8,12 @@ import json
 
 import aiohttp
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
 from burrow.common.events import validate
 from burrow.mailbox_server.config import MailboxConfig
 from burrow.mailbox_server.server import MailboxServer
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
 
 
 def make_config(tmp_path, **kw) -> MailboxConfig:
@@ -253,8 +254,9 @@ async def test_oversized_frame_is_refused_with_1009(tmp_path):
     (("127.0.0.1", 1), {"X-Real-IP": "198.51.100.7", "X-Real-Port": "nope"}, {"ipv4": "198.51.100.7"}),
 ])
 def test_your_address(peer, headers, you):
-    from burrow.mailbox_server.wsconn import address_of
     from websockets.datastructures import Headers
+
+    from burrow.mailbox_server.wsconn import address_of
 
     assert address_of(peer, Headers(headers))[0] == you
 

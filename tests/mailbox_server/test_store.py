@@ -72,6 +72,7 @@ def test_refuses_foreign_schema_version(tmp_path):
     import sqlite3
 
     import pytest
+
     from burrow.mailbox_server.store import StoreError
 
     path = str(tmp_path / "x.sqlite")

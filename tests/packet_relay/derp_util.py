@@ -10,9 +10,9 @@ import ssl
 
 from burrow.client.derp import DerpClient
 from burrow.packet_relay.config import RelayConfig
-from burrow.packet_relay.protocol import frames as f
-from burrow.packet_relay.protocol.connection import ClientConnection, Connected
 from burrow.packet_relay.server import RelayServer
+from burrow.wire.derp import frames as f
+from burrow.wire.derp.connection import ClientConnection, Connected
 
 TIMEOUT = 10.0
 
@@ -59,7 +59,7 @@ class RawClient:
     @classmethod
     async def open(cls, server: RelayServer, private_key: bytes | None = None, handshake: bool = True,
                    request: bytes = b"GET /derp HTTP/1.1\r\nHost: x\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n"):
-        from burrow.packet_relay.protocol.handshake import generate_private_key
+        from burrow.wire.derp.handshake import generate_private_key
 
         ctx = ssl.create_default_context(cafile=ca(server))
         reader, writer = await asyncio.open_connection("127.0.0.1", server.https_port, ssl=ctx,

@@ -37,7 +37,7 @@ async def test_probe_fails_on_untrusted_certificate_and_dead_stun(tmp_path):
 
 
 async def test_main_runs_with_make_run_arguments_sighup_reloads_and_sigterm_stops(tmp_path):
-    from burrow.packet_relay.protocol.handshake import generate_private_key, public_key
+    from burrow.wire.derp.handshake import generate_private_key, public_key
 
     log = tmp_path / "logs" / "relay.jsonl"
     keep, drop = generate_private_key(), generate_private_key()

@@ -6,8 +6,9 @@ import os
 
 import aiohttp
 import pytest
+
 from burrow.client.derp import DerpClient, DerpClientError
-from burrow.packet_relay.protocol import frames as f
+from burrow.wire.derp import frames as f
 
 from .derp_util import TIMEOUT, RawClient, ca, client, running_relay, url
 
@@ -159,7 +160,7 @@ async def test_flooder_is_dropped_from_while_a_good_pair_keeps_its_packets(tmp_p
 
 async def test_allow_list_refuses_unknown_key_and_reload_closes(tmp_path):
     allowed, other = os.urandom(32), os.urandom(32)
-    from burrow.packet_relay.protocol.handshake import public_key
+    from burrow.wire.derp.handshake import public_key
 
     listfile = tmp_path / "allow.txt"
     listfile.write_text(f"# operators\nnodekey:{public_key(allowed).hex()}\n{public_key(other).hex()}\n")
@@ -206,7 +207,7 @@ ALLOWED_SUFFIX = [""]
 
 async def test_access_callout_allow_deny_and_unreachable(tmp_path, callout_url):
     address, seen = callout_url
-    from burrow.packet_relay.protocol.handshake import public_key
+    from burrow.wire.derp.handshake import public_key
 
     good = os.urandom(32)
     ALLOWED_SUFFIX[0] = public_key(good).hex()

@@ -11,9 +11,10 @@ import pytest
 from aioice import stun as aioice_stun
 from aioice.candidate import Candidate
 from aioice.ice import StunProtocol, server_reflexive_candidate
-from burrow.packet_relay.stun import BindingRequest, StunError, build_binding_request, parse_binding_response
-from burrow.packet_relay.stun_server import SourceLimiter, StunServer, start_stun_server
 from prometheus_client import CollectorRegistry, generate_latest
+
+from burrow.packet_relay.stun_server import SourceLimiter, StunServer, start_stun_server
+from burrow.wire.stun import BindingRequest, StunError, build_binding_request, parse_binding_response
 
 CLIENT_TIMEOUT = 15.0  # seconds for an external client run or one awaited answer
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from burrow.spark.schemas import LINE_SCHEMA, UNION_FIELDS  # needs PySpark: pip install 'burrow[spark]'
 
 

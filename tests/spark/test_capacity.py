@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+
 from burrow.spark.capacity import (
     CapacityConfig,
     CapacityConfigError,

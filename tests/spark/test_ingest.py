@@ -6,8 +6,9 @@ import json
 import os
 
 import pytest
-from burrow.spark.ingest import IngestError, ingest
 from pyspark.sql import functions as F
+
+from burrow.spark.ingest import IngestError, ingest
 
 from .conftest import event
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+
 from burrow.spark.load import daily_peaks, load_per_hour, load_per_minute
 
 from .conftest import event, events_df

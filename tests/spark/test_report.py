@@ -11,6 +11,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+
 from burrow.spark.generate import generate
 from burrow.spark.report import render
 

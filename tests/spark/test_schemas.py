@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pyspark.sql.types import BooleanType, DoubleType, LongType, MapType, StringType
+
 from burrow.common.events import ENVELOPE, SCHEMA_VERSION, SCHEMAS
 from burrow.spark.schemas import EVENT_SCHEMAS, LINE_SCHEMA, event_schema, required_fields, spark_type
-from pyspark.sql.types import BooleanType, DoubleType, LongType, MapType, StringType
 
 
 def test_one_struct_per_event_type_and_version():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+
 from burrow.spark.sessions import daily, distributions, outcomes, session_facts, summary
 
 from .conftest import event, events_df

@@ -3,6 +3,7 @@ import json
 import socket
 
 import pytest
+
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.server import TransitServer
 

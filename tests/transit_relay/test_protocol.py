@@ -1,6 +1,7 @@
 """Sans-IO tests: literal handshake vectors, pairing rules, moods, timers and limits."""
 
 import pytest
+
 from burrow.common.events import validate
 from burrow.transit_relay.protocol import (
     BAD_HANDSHAKE,

@@ -1,9 +1,10 @@
 """Random interleavings of connection events keep the pairing state consistent."""
 
-from burrow.common.events import validate
-from burrow.transit_relay.protocol import Close, Handshake, Limits, Pair, Phase, Record, Relay
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from burrow.common.events import validate
+from burrow.transit_relay.protocol import Close, Handshake, Limits, Pair, Phase, Record, Relay
 
 TOKENS = [bytes([c]) * 64 for c in b"ab"]
 SIDES = [None, b"1" * 16, b"2" * 16]

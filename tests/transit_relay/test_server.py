@@ -8,8 +8,8 @@ import socket
 import aiohttp
 import pytest
 import websockets
-from burrow.common.events import validate
 
+from burrow.common.events import validate
 from tests.transit_relay.conftest import TOKEN, connect, hs, read_events, wait_for
 
 OTHER = b"fedcba9876543210" * 4

@@ -7,10 +7,10 @@ import hashlib
 import os
 
 import pytest
+
 from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
 from burrow.client.dilation.errors import SubchannelClosed
 from burrow.client.wormhole import Wormhole
-
 from tests.interop.dilation_util import CuttingProxy, send_blob, sink_blob
 
 pytestmark = pytest.mark.timeout(120)

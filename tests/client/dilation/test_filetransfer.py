@@ -6,6 +6,7 @@ import asyncio
 import os
 
 import pytest
+
 from burrow.client.dilation.aio import DILATION_VERSIONS
 from burrow.client.dilation.filetransfer import (
     DATA,
@@ -20,7 +21,6 @@ from burrow.client.dilation.filetransfer import (
     send_on,
 )
 from burrow.client.wormhole import Wormhole
-
 from tests.interop.dilation_util import CuttingProxy
 
 pytestmark = pytest.mark.timeout(120)

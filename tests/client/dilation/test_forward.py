@@ -7,6 +7,7 @@ import asyncio
 import os
 
 import pytest
+
 from burrow.client.dilation.forward import LocalSpec, build_parser, parse_allow, run
 
 pytestmark = pytest.mark.timeout(60)

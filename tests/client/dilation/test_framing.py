@@ -1,4 +1,7 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from burrow.client.dilation.errors import FramingError, NoiseError
 from burrow.client.dilation.framing import (
     PROLOGUE_FOLLOWER,
@@ -12,8 +15,6 @@ from burrow.client.dilation.framing import (
     relay_handshake,
 )
 from burrow.client.dilation.noise import NOISE_MAX_CIPHERTEXT, NOISE_MAX_PAYLOAD, NoiseSession
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 KEY = bytes(range(32))
 

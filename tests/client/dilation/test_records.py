@@ -1,4 +1,5 @@
 import pytest
+
 from burrow.client.dilation.connection import KCM, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
 from burrow.client.dilation.errors import RecordError
 

@@ -1,6 +1,7 @@
 import random
 
 import pytest
+
 from burrow.client.dilation.connection import Ack, Close, Data, Open
 from burrow.client.dilation.errors import ProtocolError, SubchannelClosed
 from burrow.client.dilation.reliable import Inbound, Outbound

@@ -1,4 +1,5 @@
 import pytest
+
 from burrow.client.dilation.connection import Data, RecordCodec
 from burrow.client.dilation.errors import ProtocolError
 from burrow.client.dilation.framing import PROLOGUE_FOLLOWER, PROLOGUE_LEADER, hkdf

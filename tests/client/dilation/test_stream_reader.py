@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+
 from burrow.client.dilation.stream import SubchannelReader
 
 

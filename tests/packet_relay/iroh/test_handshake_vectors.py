@@ -1,8 +1,10 @@
 """The challenge login with literal vectors, cross-checked against iroh's own Ed25519 keys."""
 
 import pytest
-from burrow.packet_relay.iroh import frames as f
-from burrow.packet_relay.iroh.session import Authenticated, IrohSession, challenge_message
+
+from burrow.packet_relay.iroh.session import Authenticated, IrohSession
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import challenge_message
 
 SEED = bytes(range(32))
 PUBLIC = bytes.fromhex("03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8")

@@ -4,13 +4,14 @@ import asyncio
 
 import aiohttp
 import pytest
+from nacl.signing import SigningKey
+
+from burrow.client.iroh.client import IrohRelayDenied
 from burrow.common.config import load_config
 from burrow.packet_relay.config import RelayConfig
-from burrow.packet_relay.iroh import frames as f
-from burrow.packet_relay.iroh.client import IrohRelayDenied
 from burrow.packet_relay.iroh.service import IrohSettings
 from burrow.packet_relay.server import RelayServer
-from nacl.signing import SigningKey
+from burrow.wire.iroh import frames as f
 
 from ..derp_util import client as derp_client
 from ..derp_util import relay_config
@@ -73,9 +74,9 @@ async def test_sighup_applies_allow_list_by_endpoint_id_and_rereads_tokens(tmp_p
 async def test_mesh_watchers_see_derp_keys_only(tmp_path):
     import ssl
 
-    from burrow.packet_relay.protocol import frames as df
-    from burrow.packet_relay.protocol.connection import ClientConnection, Connected
-    from burrow.packet_relay.protocol.handshake import ClientInfoJSON, generate_private_key
+    from burrow.wire.derp import frames as df
+    from burrow.wire.derp.connection import ClientConnection, Connected
+    from burrow.wire.derp.handshake import ClientInfoJSON, generate_private_key
 
     from ..derp_util import ca
 

@@ -1,7 +1,8 @@
 """The iroh half of `burrow relay-probe` against a real relay (HTTP and HTTPS) and a broken one."""
 
 import pytest
-from burrow.packet_relay.iroh.probe import probe_iroh
+
+from burrow.client.iroh.probe import probe_iroh
 
 from ..derp_util import ca
 from .util import http_url, https_url, iroh_relay

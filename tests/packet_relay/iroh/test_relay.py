@@ -9,13 +9,14 @@ import os
 
 import aiohttp
 import pytest
-from burrow.packet_relay.iroh import frames as f
-from burrow.packet_relay.iroh.client import IrohRelayClient, IrohRelayDenied
-from burrow.packet_relay.iroh.service import IrohSettings
-from burrow.packet_relay.iroh.session import challenge_message
 from nacl.signing import SigningKey
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
+
+from burrow.client.iroh.client import IrohRelayClient, IrohRelayDenied
+from burrow.packet_relay.iroh.service import IrohSettings
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import challenge_message
 
 from ..derp_util import client as derp_client
 from .util import TIMEOUT, client, events, http_url, iroh_relay, metric, wait_for

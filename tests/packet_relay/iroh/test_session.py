@@ -1,17 +1,17 @@
 """The iroh relay connection state machine with a manual clock and real Ed25519 signatures."""
 
-from burrow.packet_relay.iroh import frames as f
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nacl.signing import SigningKey
+
 from burrow.packet_relay.iroh.session import (
     Authenticated,
     Closed,
     Forward,
     IrohSession,
-    challenge_message,
-    pick_subprotocol,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from nacl.signing import SigningKey
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import challenge_message, pick_subprotocol
 
 CHALLENGE = bytes(range(16))
 

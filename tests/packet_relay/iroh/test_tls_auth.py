@@ -6,10 +6,11 @@ import os
 import ssl
 
 import pytest
-from burrow.packet_relay.iroh import frames as f
-from burrow.packet_relay.iroh import tls_exporter
-from burrow.packet_relay.iroh.session import challenge_message
 from nacl.signing import SigningKey
+
+from burrow.packet_relay.iroh import tls_exporter
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import challenge_message
 
 from ..derp_util import ca
 from .util import TIMEOUT, client, iroh_relay, metric
@@ -60,7 +61,7 @@ async def _read_message(reader) -> bytes:
 
 
 def _masked(message: bytes) -> bytes:
-    from burrow.packet_relay.protocol.websocket import encode_frame
+    from burrow.wire.websocket import encode_frame
 
     return encode_frame(0x2, message, mask=True)
 

@@ -10,7 +10,8 @@ import re
 import ssl
 
 import aiohttp
-from burrow.packet_relay.iroh.client import IrohRelayClient
+
+from burrow.client.iroh.client import IrohRelayClient
 from burrow.packet_relay.iroh.service import IrohService, IrohSettings
 
 from ..derp_util import TIMEOUT, ca, running_relay

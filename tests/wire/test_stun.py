@@ -6,7 +6,10 @@ import zlib
 
 import pytest
 from aioice import stun as aioice_stun
-from burrow.packet_relay.stun import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from burrow.wire.stun import (
     BadFingerprint,
     BindingErrorResponse,
     BindingRequest,
@@ -22,8 +25,6 @@ from burrow.packet_relay.stun import (
     parse_binding_response,
     parse_request,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 # RFC 5769 section 2: the published test vectors, byte for byte.
 RFC5769_TXID = bytes.fromhex("b7e7a701bc34d686fa87dfae")

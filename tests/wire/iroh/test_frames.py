@@ -1,9 +1,10 @@
 """iroh relay frames: literal byte vectors, round trips and a fuzz test."""
 
 import pytest
-from burrow.packet_relay.iroh import frames as f
 from hypothesis import given
 from hypothesis import strategies as st
+
+from burrow.wire.iroh import frames as f
 
 A = bytes(range(32))
 B = bytes(range(32, 64))

@@ -2,9 +2,10 @@
 one-byte-at-a-time feeding, and fuzzing (decoders raise only our ProtocolError)."""
 
 import pytest
-from burrow.packet_relay.protocol import frames as f
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from burrow.wire.derp import frames as f
 
 K1 = bytes(range(32))
 K2 = bytes(range(32, 64))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..errors import WireError
+
 FRAME_HEADER_LEN = 5
 KEY_LEN = 32
 NONCE_LEN = 24
@@ -51,7 +53,7 @@ _HEADER = struct.Struct(">BI")
 _U32X2 = struct.Struct(">II")
 
 
-class ProtocolError(ValueError):
+class ProtocolError(WireError):
     """Input that does not follow DERP; the connection that sent it is closed."""
 
     reason = "protocol"

@@ -16,6 +16,8 @@ import binascii
 import struct
 from dataclasses import dataclass
 
+from ..errors import WireError
+
 KEY_LEN = 32
 CHALLENGE_LEN = 16
 SIGNATURE_LEN = 64
@@ -42,8 +44,10 @@ STATUS_SAME_ENDPOINT_ID_CONNECTED = 1
 STATUS_RATE_LIMITED = 2
 
 
-class IrohProtocolError(ValueError):
+class IrohProtocolError(WireError):
     """A frame that does not follow the iroh relay protocol; the connection is closed."""
+
+    reason = "iroh"
 
 
 def read_varint(data: bytes, pos: int = 0) -> tuple[int, int]:

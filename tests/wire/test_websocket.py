@@ -1,19 +1,23 @@
-"""The message-level WebSocket codec: boundaries kept, any chunking, limits enforced."""
+"""RFC 6455 framing, both faces: messages (iroh) and a byte stream (DERP over WebSocket); limits enforced."""
 
 import os
 import struct
 
 import pytest
-from burrow.packet_relay.iroh.frames import MAX_FRAME_SIZE
-from burrow.packet_relay.protocol.websocket import (
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from burrow.wire.iroh.frames import MAX_FRAME_SIZE
+from burrow.wire.websocket import (
+    OP_PING,
+    OP_TEXT,
     MessageStream,
     WebSocketError,
+    WebSocketStream,
     binary_header,
     encode_frame,
     wrap,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def masked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
@@ -84,5 +88,37 @@ def test_any_chunking_yields_the_same_messages(msgs, cuts):
 def test_garbage_raises_only_websocket_errors(data):
     try:
         MessageStream().feed_messages(data)
+    except WebSocketError:
+        pass
+
+
+# ---- the byte-stream face (DERP over WebSocket)
+def test_websocket_round_trip_client_to_server_and_back():
+    client, server = WebSocketStream(client=True), WebSocketStream(client=False)
+    wire = client.wrap(b"derp bytes") + client.wrap(bytes(70000))
+    assert wire[1] & 0x80  # masked
+    got = b"".join(server.feed(wire[i:i + 7]) for i in range(0, len(wire), 7))
+    assert got == b"derp bytes" + bytes(70000)
+    assert client.feed(server.wrap(b"back")) == b"back"
+
+
+def test_websocket_ping_close_and_rejections():
+    server = WebSocketStream(client=False)
+    server.feed(encode_frame(OP_PING, b"p", mask=True))
+    assert server.data_to_send() == encode_frame(0xA, b"p", mask=False)
+    with pytest.raises(WebSocketError):
+        WebSocketStream(client=False).feed(encode_frame(OP_TEXT, b"t", mask=True))
+    with pytest.raises(WebSocketError):
+        WebSocketStream(client=False).feed(encode_frame(0x2, b"unmasked", mask=False))
+    closing = WebSocketStream(client=False)
+    closing.feed(encode_frame(0x8, b"\x03\xe8", mask=True))
+    assert closing.closed and closing.data_to_send()[:1] == b"\x88"
+
+
+@given(st.binary(max_size=500))
+@settings(max_examples=300, deadline=None)
+def test_fuzz_websocket_raises_only_websocket_error(blob):
+    try:
+        WebSocketStream(client=False, max_frame=1000).feed(blob)
     except WebSocketError:
         pass

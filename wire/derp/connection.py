@@ -15,8 +15,7 @@ After a ProtocolError the machine is terminal: every later call raises the same 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from burrow.common.limits import TokenBucket
+from typing import Protocol
 
 from . import frames as f
 from .handshake import (
@@ -28,6 +27,16 @@ from .handshake import (
     open_server_info,
     public_key,
 )
+
+
+class ByteRate(Protocol):
+    """The per-connection byte budget the server passes in (common.limits.TokenBucket has this shape)."""
+
+    rate: float
+    burst: float
+    tokens: float
+
+    def take(self, amount: float, now: float) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +67,7 @@ class ServerConnection:
     def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
                  max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
                  max_client_info_len: int = f.MAX_CLIENT_INFO_LEN,
-                 rate: TokenBucket | None = None, server_public: bytes | None = None) -> None:
+                 rate: ByteRate | None = None, server_public: bytes | None = None) -> None:
         self.server_private = server_private
         self.server_public = server_public or public_key(server_private)
         self.state = "handshake"

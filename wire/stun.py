@@ -19,6 +19,8 @@ import struct
 from dataclasses import dataclass
 from zlib import crc32
 
+from .errors import WireError
+
 MAGIC_COOKIE = 0x2112A442
 FINGERPRINT_XOR = 0x5354554E
 HEADER_SIZE = 20
@@ -63,8 +65,10 @@ _XOR_V4 = struct.Struct("!HHBBHI")
 _COOKIE_BYTES = _U32.pack(MAGIC_COOKIE)
 
 
-class StunError(Exception):
+class StunError(WireError):
     """Anything that makes a datagram unanswerable or a response unusable."""
+
+    reason = "stun"
 
 
 class NotStun(StunError):

@@ -1,19 +1,22 @@
-"""DERP handshake crypto and the sans-IO server/client state machines, WebSocket framing, HTTP heads."""
+"""DERP handshake crypto and the sans-IO server/client state machines."""
 
 import json
 
 import nacl.public
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from burrow.common.limits import TokenBucket
-from burrow.packet_relay.protocol import frames as f
-from burrow.packet_relay.protocol.connection import (
+from burrow.wire.derp import frames as f
+from burrow.wire.derp.connection import (
     ClientConnection,
     ClientHello,
     Connected,
     ServerConnection,
     Throttled,
 )
-from burrow.packet_relay.protocol.handshake import (
+from burrow.wire.derp.handshake import (
     ClientInfoJSON,
     ServerInfoJSON,
     generate_private_key,
@@ -21,16 +24,6 @@ from burrow.packet_relay.protocol.handshake import (
     open_client_info,
     public_key,
 )
-from burrow.packet_relay.protocol.http import HttpError, RequestReader, response, websocket_accept
-from burrow.packet_relay.protocol.websocket import (
-    OP_PING,
-    OP_TEXT,
-    WebSocketError,
-    WebSocketStream,
-    encode_frame,
-)
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 SERVER = generate_private_key()
 CLIENT = generate_private_key()
@@ -185,70 +178,4 @@ def test_fuzz_client_machine_raises_only_protocol_error(blob):
     try:
         ClientConnection(CLIENT).receive_data(f.ServerKey(public_key(SERVER)).encode() + blob)
     except f.ProtocolError:
-        pass
-
-
-# ---- WebSocket framing
-def test_websocket_round_trip_client_to_server_and_back():
-    client, server = WebSocketStream(client=True), WebSocketStream(client=False)
-    wire = client.wrap(b"derp bytes") + client.wrap(bytes(70000))
-    assert wire[1] & 0x80  # masked
-    got = b"".join(server.feed(wire[i:i + 7]) for i in range(0, len(wire), 7))
-    assert got == b"derp bytes" + bytes(70000)
-    assert client.feed(server.wrap(b"back")) == b"back"
-
-
-def test_websocket_ping_close_and_rejections():
-    server = WebSocketStream(client=False)
-    server.feed(encode_frame(OP_PING, b"p", mask=True))
-    assert server.data_to_send() == encode_frame(0xA, b"p", mask=False)
-    with pytest.raises(WebSocketError):
-        WebSocketStream(client=False).feed(encode_frame(OP_TEXT, b"t", mask=True))
-    with pytest.raises(WebSocketError):
-        WebSocketStream(client=False).feed(encode_frame(0x2, b"unmasked", mask=False))
-    closing = WebSocketStream(client=False)
-    closing.feed(encode_frame(0x8, b"\x03\xe8", mask=True))
-    assert closing.closed and closing.data_to_send()[:1] == b"\x88"
-
-
-@given(st.binary(max_size=500))
-@settings(max_examples=300, deadline=None)
-def test_fuzz_websocket_raises_only_protocol_error(blob):
-    try:
-        WebSocketStream(client=False, max_frame=1000).feed(blob)
-    except f.ProtocolError:
-        pass
-
-
-# ---- HTTP heads
-def test_websocket_accept_rfc6455_example():
-    assert websocket_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-
-
-def test_request_reader_keeps_bytes_after_the_head():
-    reader = RequestReader()
-    assert reader.feed(b"GET /derp HTTP/1.1\r\nUpgrade: DERP\r\nX-A: 1\r\nx-a: 2\r\n") is None
-    req, rest = reader.feed(b"\r\n\x02\x00")
-    assert (req.method, req.path, req.header("upgrade"), req.header("x-a")) == ("GET", "/derp", "DERP", "1, 2")
-    assert rest == b"\x02\x00"
-
-
-def test_request_reader_limits_and_errors():
-    with pytest.raises(HttpError) as exc:
-        RequestReader(max_head=100).feed(b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 30)
-    assert exc.value.status == 431
-    with pytest.raises(HttpError):
-        RequestReader().feed(b"NONSENSE\r\n\r\n")
-
-
-def test_response_head():
-    assert response(204, {"A": "b"}) == b"HTTP/1.1 204 No Content\r\nA: b\r\nConnection: close\r\n\r\n"
-
-
-@given(st.binary(max_size=400))
-@settings(max_examples=300, deadline=None)
-def test_fuzz_http_raises_only_http_error(blob):
-    try:
-        RequestReader(max_head=200).feed(blob + b"\r\n\r\n")
-    except HttpError:
         pass

@@ -12,6 +12,8 @@ import base64
 import hashlib
 from dataclasses import dataclass, field
 
+from .errors import WireError
+
 MAX_HEAD = 16 * 1024
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -20,7 +22,9 @@ REASONS = {101: "Switching Protocols", 200: "OK", 204: "No Content", 400: "Bad R
            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
-class HttpError(ValueError):
+class HttpError(WireError):
+    reason = "http"
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

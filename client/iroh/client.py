@@ -16,8 +16,8 @@ from nacl.signing import SigningKey
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from . import frames as f
-from .session import SUBPROTOCOLS, challenge_message
+from burrow.wire.iroh import frames as f
+from burrow.wire.iroh.handshake import SUBPROTOCOLS, challenge_message
 
 RECV_QUEUE = 4096
 

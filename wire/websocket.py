@@ -15,7 +15,7 @@ import struct
 
 from websockets.frames import apply_mask  # the C speedup when built, else websockets' own Python one
 
-from .frames import ProtocolError
+from .errors import WireError
 
 OP_CONT, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0x0, 0x1, 0x2, 0x8, 0x9, 0xA
 MAX_WS_FRAME = (1 << 20) + 1024
@@ -25,7 +25,7 @@ _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 
 
-class WebSocketError(ProtocolError):
+class WebSocketError(WireError):
     reason = "websocket"
 
 
