@@ -19,11 +19,12 @@ import os
 import sys
 from pathlib import Path
 
+from burrow.client.apps.progress import ProgressBar, human
+from burrow.client.apps.receive import Received, ReceiveOptions, receive, text_of
+from burrow.client.apps.transfer import Offer, send_path, send_text
+
 from . import codes, errors
 from .heap import retain_freed_memory
-from .progress import ProgressBar, human
-from .receive import Received, ReceiveOptions, receive, text_of
-from .transfer import Offer, send_path, send_text
 from .wormhole import APPID, Wormhole
 
 DEFAULT_RELAY_URL = "ws://127.0.0.1:4000/v1"
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("code", nargs="?", help="the code (asked interactively, with tab completion, if absent)")
     r.add_argument("--accept-file", action="store_true", help="accept without asking (never overwrites)")
     r.add_argument("--output-file", "-o", type=Path, help="where to write the file or directory")
-    sub.add_parser("relay-probe", help="probe a DERP relay (client/derp/probe.py)", add_help=False)
+    sub.add_parser("relay-probe", help="probe a DERP relay (client/apps/relay_probe.py)", add_help=False)
     sub.add_parser("forward", help="forward ports over Dilation (client/dilation)", add_help=False)
     return p
 
@@ -135,7 +136,7 @@ async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> st
 
 async def cmd_send(args: argparse.Namespace) -> int:
     if args.dilated and args.what and args.text is None:
-        from .dilation.transfer_cli import cmd_send_dilated
+        from burrow.client.apps.dilated_transfer_cli import cmd_send_dilated
 
         return await cmd_send_dilated(args)
     if len(args.what) > 1:
@@ -183,7 +184,11 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_receive(args: argparse.Namespace) -> int:
-    from .dilation.transfer_cli import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender, receive_dilated
+    from burrow.client.apps.dilated_transfer_cli import (
+        RECEIVER_WORMHOLE_KWARGS,
+        is_dilated_sender,
+        receive_dilated,
+    )
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
@@ -248,9 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     retain_freed_memory()
     if argv and argv[0] == "relay-probe":
-        sys.exit(_hook("burrow.client.derp.probe", argv[1:]))
+        sys.exit(_hook("burrow.client.apps.relay_probe", argv[1:]))
     if argv and argv[0] == "forward":
-        sys.exit(_hook("burrow.client.dilation.forward", argv[1:]))
+        sys.exit(_hook("burrow.client.apps.forward", argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("BURROW_LOG_LEVEL", "WARNING").upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

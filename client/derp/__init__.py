@@ -1,4 +1,4 @@
-"""DERP relay client: DerpClient (client.py) and the `burrow relay-probe` check (probe.py)."""
+"""DERP relay client: DerpClient (client.py); `burrow relay-probe` lives in client/apps/relay_probe.py."""
 
 from .client import DerpClient, DerpClientError, client_ssl_context
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from burrow.client import cli, errors
-from burrow.client.progress import ProgressBar, human
+from burrow.client.apps.progress import ProgressBar, human
 
 pytestmark = pytest.mark.timeout(120)
 

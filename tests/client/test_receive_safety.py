@@ -5,9 +5,9 @@ import zipfile
 
 import pytest
 
+from burrow.client.apps.receive import check_zip, extract_zip, safe_name
+from burrow.client.apps.transfer import zip_directory
 from burrow.client.errors import TransferRejected
-from burrow.client.receive import check_zip, extract_zip, safe_name
-from burrow.client.transfer import zip_directory
 
 
 def make_zip(path, entries):

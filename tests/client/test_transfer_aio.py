@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from burrow.client.apps.receive import ReceiveOptions, receive
+from burrow.client.apps.transfer import send_path, send_text
 from burrow.client.errors import TransferError, TransferRejected
-from burrow.client.receive import ReceiveOptions, receive
-from burrow.client.transfer import send_path, send_text
 from burrow.client.wormhole import Wormhole
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 
-from burrow.client.derp import probe
+from burrow.client.apps import relay_probe as probe
 
 from .derp_util import TIMEOUT, ca, running_relay, url
 

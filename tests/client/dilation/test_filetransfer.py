@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from burrow.client.dilation.aio import DILATION_VERSIONS
-from burrow.client.dilation.filetransfer import (
+from burrow.client.apps.dilated_transfer import (
     DATA,
     FILE_OFFER,
     TransferError,
@@ -20,6 +19,7 @@ from burrow.client.dilation.filetransfer import (
     safe_relative,
     send_on,
 )
+from burrow.client.dilation.aio import DILATION_VERSIONS
 from burrow.client.wormhole import Wormhole
 from tests.interop.dilation_util import CuttingProxy
 
@@ -122,7 +122,7 @@ async def test_receiver_can_refuse(servers, tmp_path):
 async def test_cli_glue_send_dilated_and_receive(servers, tmp_path):
     from argparse import Namespace
 
-    from burrow.client.dilation.transfer_cli import (
+    from burrow.client.apps.dilated_transfer_cli import (
         RECEIVER_WORMHOLE_KWARGS,
         cmd_send_dilated,
         is_dilated_sender,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from burrow.client.dilation.forward import LocalSpec, build_parser, parse_allow, run
+from burrow.client.apps.forward import LocalSpec, build_parser, parse_allow, run
 
 pytestmark = pytest.mark.timeout(60)
 

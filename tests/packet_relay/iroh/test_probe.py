@@ -2,7 +2,7 @@
 
 import pytest
 
-from burrow.client.iroh.probe import probe_iroh
+from burrow.client.apps.iroh_probe import probe_iroh
 
 from ..derp_util import ca
 from .util import http_url, https_url, iroh_relay
@@ -32,7 +32,7 @@ async def test_probe_fails_where_iroh_is_not_served(tmp_path):
 async def test_relay_probe_command_checks_the_iroh_path(tmp_path):
     import io
 
-    from burrow.client.derp import probe
+    from burrow.client.apps import relay_probe as probe
 
     async with iroh_relay(tmp_path) as server:
         out = io.StringIO()

@@ -342,7 +342,7 @@ async def send_on(wormhole, paths: list[Path], *, parallel: int = 8, listen: boo
                   on_status: Callable | None = None) -> Report:
     """On an open Wormhole built with `versions_extra=DILATION_VERSIONS, app_versions=app_versions("send")`
     whose code is set: dilate, offer every path, wait until the receiver has everything."""
-    from .aio import dilate
+    from burrow.client.dilation.aio import dilate
 
     peer = peer_transfer(await wormhole.get_peer_versions())
     if peer is None:
@@ -360,7 +360,7 @@ async def receive_on(wormhole, out_dir: Path, *, accept: Accept | None = None, l
                      progress: Callable[[int], None] | None = None, on_status: Callable | None = None,
                      on_text: Callable[[str], None] | None = None) -> Report:
     """The receiving side of send_on (the Wormhole carries `app_versions=app_versions("receive", "ask")`)."""
-    from .aio import dilate
+    from burrow.client.dilation.aio import dilate
 
     if peer_transfer(await wormhole.get_peer_versions()) is None:
         raise TransferError("the peer does not speak Dilated File-Transfer")

@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PeerGoneError, TransferError, TransitError
-from .transit.aio import RecordPipe, Transit
-from .transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
-from .wormhole import APPID, Wormhole
+from burrow.client.errors import PeerGoneError, TransferError, TransitError
+from burrow.client.transit.aio import RecordPipe, Transit
+from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
+from burrow.client.wormhole import APPID, Wormhole
 
 TRANSIT_KEY_PURPOSE = APPID + "/transit-key"  # always the default appid (magic-wormhole bug #339)
 RECORD_SIZE = 256 * 1024  # plaintext bytes per transit record

@@ -2,7 +2,7 @@
 
 Steps: TLS + DERP handshake for two fresh keys, a packet round trip A -> B -> A through the relay
 (latency), a Ping/Pong with the relay, the same for the iroh relay protocol (GET /ping, two
-endpoints log in at /relay, datagrams A -> B -> A, Ping/Pong; client/iroh/probe.py), and a STUN
+endpoints log in at /relay, datagrams A -> B -> A, Ping/Pong; client/apps/iroh_probe.py), and a STUN
 Binding request to the relay host (our mapped address). Prints one line per step; exit status 0 only if every step passed.
 """
 
@@ -17,7 +17,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from .client import DerpClient
+from burrow.client.derp.client import DerpClient
 
 try:  # the relay's own STUN codec (wire/stun.py)
     from burrow.wire.stun import build_binding_request, parse_binding_response
@@ -112,7 +112,7 @@ async def probe(args: argparse.Namespace, out=sys.stdout) -> int:
     await a.close()
     await b.close()
     if not args.no_iroh:
-        from burrow.client.iroh.probe import probe_iroh  # counts its failures through say()
+        from burrow.client.apps.iroh_probe import probe_iroh  # counts its failures through say()
 
         await probe_iroh(args.url, say, ca_file=args.ca_file, insecure=args.insecure, count=args.count,
                          timeout=args.timeout, token=args.iroh_token)

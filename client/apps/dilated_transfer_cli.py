@@ -13,8 +13,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from .aio import DILATION_VERSIONS
-from .filetransfer import Report, app_versions, peer_transfer, receive_on, send_on
+from burrow.client.apps.dilated_transfer import Report, app_versions, peer_transfer, receive_on, send_on
+from burrow.client.dilation.aio import DILATION_VERSIONS
 
 RECEIVER_WORMHOLE_KWARGS = {"versions_extra": DILATION_VERSIONS, "app_versions": app_versions("receive", "ask")}
 SENDER_WORMHOLE_KWARGS = {"versions_extra": DILATION_VERSIONS, "app_versions": app_versions("send", "ask")}
@@ -37,7 +37,7 @@ def _status(s) -> None:
 def _progress(enabled: bool, total: int) -> Callable[[int], None] | None:
     if not enabled:
         return None
-    from ..progress import ProgressBar
+    from burrow.client.apps.progress import ProgressBar
 
     bar, done = ProgressBar(), [0]
 
@@ -55,7 +55,7 @@ def _summary(report: Report, verb: str) -> None:
 
 
 async def cmd_send_dilated(args) -> int:
-    from ..wormhole import Wormhole
+    from burrow.client.wormhole import Wormhole
 
     paths = [Path(p) for p in (args.what if isinstance(args.what, list) else [args.what])]
     missing = [p for p in paths if not p.exists()]

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 
-from .client import IrohRelayClient
+from burrow.client.iroh.client import IrohRelayClient
 
 
 def client_ssl_context(url: str, ca_file: str | None, insecure: bool) -> ssl.SSLContext | None:

@@ -23,8 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import TransferError, TransferRejected
-from .transfer import (
+from burrow.client.apps.transfer import (
     MAX_TEXT,
     TRANSIT_KEY_PURPOSE,
     ZIP_COPY_CHUNK,
@@ -34,9 +33,10 @@ from .transfer import (
     _recv,
     _send,
 )
-from .transit.aio import RecordPipe, Transit
-from .transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH, ack_record
-from .wormhole import Wormhole
+from burrow.client.errors import TransferError, TransferRejected
+from burrow.client.transit.aio import RecordPipe, Transit
+from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH, ack_record
+from burrow.client.wormhole import Wormhole
 
 Confirm = Callable[[Offer, Path, bool], bool | Awaitable[bool]]
 

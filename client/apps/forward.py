@@ -160,8 +160,8 @@ class Forwarder:
 async def run(args, *, on_code: Callable[[str], None] | None = None,
               on_ready: Callable[[list[int]], None] | None = None, stop: asyncio.Event | None = None) -> int:
     """The whole `burrow forward` session; returns the exit code. Runs until `stop` is set (or forever)."""
-    from ..wormhole import Wormhole
-    from .aio import DILATION_VERSIONS, dilate
+    from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
+    from burrow.client.wormhole import Wormhole
 
     w = Wormhole(args.relay_url, transit_helper=args.transit_helper, versions_extra=DILATION_VERSIONS,
                  app_versions={"forward": {"v": 1}})
