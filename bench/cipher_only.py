@@ -1,7 +1,7 @@
 """The cipher-only stream for a Dilation benchmark: what two processes on this machine move when they do
 nothing but what Dilation's wire format makes every implementation do.
 
-Records are laid out as burrow's DATA records are (client/dilation/core.py): MAX_RECORD_PAYLOAD bytes plus the
+Records are laid out as burrow's DATA records are (client/dilation/runtime.py): MAX_RECORD_PAYLOAD bytes plus the
 9-byte header, sealed as Noise messages of at most 65519 bytes with ChaCha20-Poly1305 and counter nonces,
 each prefixed with a 4-byte length, SEAL_BATCH frames per send; the receiver reads whole frames and opens
 every message into a plaintext buffer. No handshake, no record codec, no ACKs, no sequence numbers, no
@@ -26,9 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the client's own transport cipher (ChaCha20-Poly1305, counter nonces) and record layout, so both sides make
 # the same calls on the same lengths as burrow
-from burrow.client.dilation.core import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
 from burrow.client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
 from burrow.client.dilation.noise import _Cipher  # noqa: E402
+from burrow.client.dilation.runtime import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
 from burrow.client.dilation.transport import SEAL_BATCH as BATCH  # noqa: E402
 
 RECORD = 9 + PAYLOAD  # plaintext bytes per record: DATA header and payload

@@ -2,7 +2,7 @@
 
 in:  an open client.wormhole.Wormhole created with `versions_extra=DILATION_VERSIONS` (its hooks: send_phase,
      dilate_messages, derive_key, get_peer_versions, transit_helper)
-out: a core.Dilation: `await d.open(name)` -> (reader, writer), `d.listen(name)` -> listener with
+out: a runtime.Dilation: `await d.open(name)` -> (reader, writer), `d.listen(name)` -> listener with
      `await accept()`, `on_status` events (wanting, connecting, connected + path, reconnecting, stopped),
      `await d.close()`
 """
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from burrow.client.dilation.runtime import Dilation, DilationStatus
+
 from ..heap import retain_freed_memory
-from .core import Dilation, DilationStatus
 from .manager import versions_fields
 from .stream import SubchannelListener
 

@@ -1,7 +1,7 @@
 """Subchannel stream objects: an asyncio.StreamReader and a StreamWriter-like writer.
 
 The reader is a real asyncio.StreamReader whose "transport" is the subchannel: when what it holds passes
-twice its limit it asks the Dilation core to pause the L2 connection, and resumes it once drained. The writer
+twice its limit it asks the Dilation runtime to pause the L2 connection, and resumes it once drained. The writer
 queues DATA records; `drain()` waits while the connection is full (see aio.py) and, every FAIR_SHARE bytes,
 lets the other subchannels' writers take a turn.
 """
@@ -17,14 +17,14 @@ from .errors import SubchannelClosed
 class _ReadControl:
     """What asyncio.StreamReader calls on its transport for flow control."""
 
-    def __init__(self, core, scid: int):
-        self._core, self._scid = core, scid
+    def __init__(self, runtime, scid: int):
+        self._runtime, self._scid = runtime, scid
 
     def pause_reading(self) -> None:
-        self._core.reader_paused(self._scid, True)
+        self._runtime.reader_paused(self._scid, True)
 
     def resume_reading(self) -> None:
-        self._core.reader_paused(self._scid, False)
+        self._runtime.reader_paused(self._scid, False)
 
 
 class SubchannelReader(asyncio.StreamReader):
@@ -33,12 +33,12 @@ class SubchannelReader(asyncio.StreamReader):
     StreamReader's bytearray and slicing it out again. readexactly/readuntil/readline first move the queue
     into that bytearray and then behave exactly as StreamReader's."""
 
-    def __init__(self, core, scid: int, *, limit: int):
+    def __init__(self, runtime, scid: int, *, limit: int):
         super().__init__(limit=limit)
         self.scid = scid
         self._chunks: deque = deque()
         self._queued = 0  # bytes in _chunks
-        self.set_transport(_ReadControl(core, scid))
+        self.set_transport(_ReadControl(runtime, scid))
 
     def feed_data(self, data) -> None:
         assert not self._eof, "feed_data after feed_eof"
@@ -111,8 +111,8 @@ FAIR_SHARE = 1024 * 1024
 
 
 class SubchannelWriter:
-    def __init__(self, core, scid: int, subprotocol: str):
-        self._core = core
+    def __init__(self, runtime, scid: int, subprotocol: str):
+        self._runtime = runtime
         self.scid = scid
         self.subprotocol = subprotocol
         self._closing = False
@@ -124,7 +124,7 @@ class SubchannelWriter:
         if self._closing:
             raise SubchannelClosed("write after close")
         if data:
-            self._core.subchannel_write(self.scid, bytes(data))
+            self._runtime.subchannel_write(self.scid, bytes(data))
             self._since_yield += len(data)
 
     def writelines(self, data) -> None:
@@ -137,7 +137,7 @@ class SubchannelWriter:
         """Half-close: the peer's reader sees EOF after everything written so far."""
         if not self._closing:
             self._closing = True
-            self._core.subchannel_close(self.scid)
+            self._runtime.subchannel_close(self.scid)
 
     def close(self) -> None:
         self.write_eof()
@@ -149,7 +149,7 @@ class SubchannelWriter:
         if self._since_yield >= FAIR_SHARE:
             self._since_yield = 0
             await asyncio.sleep(0)  # to the back of the ready queue: writers take turns
-        await self._core.wait_writable()
+        await self._runtime.wait_writable()
 
     async def wait_closed(self) -> None:
         """Returns when both directions are closed (the peer closed too)."""

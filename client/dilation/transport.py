@@ -1,7 +1,7 @@
 """asyncio L2: listeners, dialers and the race of one generation (the thin adapter over selection.py).
 
-in:  hints from the peer (use_hints), our listening addresses and relay, the core's role and key
-out: connection-hints to publish, exactly one selected L2Protocol handed to the core per generation
+in:  hints from the peer (use_hints), our listening addresses and relay, the runtime's role and key
+out: connection-hints to publish, exactly one selected L2Protocol handed to the runtime per generation
 states (Connector): running -> connected | stopped. Losers, listeners and pending dials are dropped on
 selection or stop.
 
@@ -127,7 +127,7 @@ def parse_relay_location(location: str) -> tuple[str, int]:
 
 
 class L2Protocol(asyncio.BufferedProtocol):
-    """One TCP connection carrying one Attempt; after selection its records go to the core.
+    """One TCP connection carrying one Attempt; after selection its records go to the runtime.
 
     Reads land in pooled buffers: the framer hands out views of one and records are opened in place there.
     Writes are sealed into pooled buffers, SEAL_BATCH records per transport write."""
@@ -138,7 +138,7 @@ class L2Protocol(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._reads, self._writes = BufferPool(READ_SIZE), BufferPool(WRITE_SIZE)
         self._rbuf: memoryview | None = None
-        self.core = None  # set when selected
+        self.runtime = None  # set when selected
         self.closed = False
         self._timeout: asyncio.TimerHandle | None = None
 
@@ -171,17 +171,17 @@ class L2Protocol(asyncio.BufferedProtocol):
             return
         if out:
             self.transport.write(out)
-        if self.core is not None:
+        if self.runtime is not None:
             if events:
-                self.core.on_records(self, events)
+                self.runtime.on_records(self, events)
             return
         for i, ev in enumerate(events):
             if isinstance(ev, Viable):
                 self.connector.viable(self)
             elif isinstance(ev, Selected):
                 self.connector.follower_selected(self)
-                if self.core is not None and events[i + 1 :]:
-                    self.core.on_records(self, events[i + 1 :])
+                if self.runtime is not None and events[i + 1 :]:
+                    self.runtime.on_records(self, events[i + 1 :])
                 return
 
     def write_records(self, records: list) -> None:
@@ -190,18 +190,18 @@ class L2Protocol(asyncio.BufferedProtocol):
         for i in range(0, len(records), SEAL_BATCH):
             self.transport.write(self.attempt.seal(records[i : i + SEAL_BATCH], self._writes.take()))
 
-    def selected(self, core) -> None:
-        self.core = core
+    def selected(self, runtime) -> None:
+        self.runtime = runtime
         if self._timeout:
             self._timeout.cancel()
 
     def pause_writing(self) -> None:
-        if self.core is not None:
-            self.core.transport_paused(self, True)
+        if self.runtime is not None:
+            self.runtime.transport_paused(self, True)
 
     def resume_writing(self) -> None:
-        if self.core is not None:
-            self.core.transport_paused(self, False)
+        if self.runtime is not None:
+            self.runtime.transport_paused(self, False)
 
     def drop(self) -> None:
         if self.transport is not None and not self.closed:
@@ -213,18 +213,18 @@ class L2Protocol(asyncio.BufferedProtocol):
             self._timeout.cancel()
         self.attempt.fail()
         self.connector.attempts.discard(self)
-        if self.core is not None:
+        if self.runtime is not None:
             log.info("dilation connection %s lost: %r", self.attempt.description, exc)
-            self.core.on_connection_lost(self)
+            self.runtime.on_connection_lost(self)
 
 
 class Connector:
     """All L2 attempts of one generation."""
 
-    def __init__(self, core, generation: int, *, leader: bool, side: str, key: bytes, codec_factory,
+    def __init__(self, runtime, generation: int, *, leader: bool, side: str, key: bytes, codec_factory,
                  relay: tuple[str, int] | None, listen: bool, listen_addresses: list[str] | None,
                  relay_delay: float, max_frame: int):
-        self.core = core
+        self.runtime = runtime
         self.generation = generation
         self.leader = leader
         self._side, self._key, self._codec_factory = side, key, codec_factory
@@ -264,10 +264,10 @@ class Connector:
             if self.stopped:
                 server.close()
                 return
-            self.core.send_hints([{"type": "direct-tcp-v1", "priority": 0.0, "hostname": a, "port": port}
+            self.runtime.send_hints([{"type": "direct-tcp-v1", "priority": 0.0, "hostname": a, "port": port}
                                   for a in addrs])
         if self._relay is not None and not self.stopped:
-            self.core.send_hints([relay_hint(*self._relay)])
+            self.runtime.send_hints([relay_hint(*self._relay)])
             self._dial(self._relay[0], self._relay[1], via_relay=True,
                        delay=self._relay_delay if self._direct_known else 0.0)
 
@@ -344,7 +344,7 @@ class Connector:
         if self.leader:
             p.transport.write(p.attempt.select())
         self.stop(keep=p)
-        self.core.on_connection_made(self, p)
+        self.runtime.on_connection_made(self, p)
 
     def stop(self, keep: L2Protocol | None = None) -> None:
         self.stopped = True

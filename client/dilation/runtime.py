@@ -1,4 +1,4 @@
-"""The asyncio Dilation core: one object per dilated wormhole (aio.py builds it from a Wormhole).
+"""The asyncio Dilation runtime: one object per dilated wormhole (aio.py builds it from a Wormhole).
 
 in:  `dilate-N` plaintexts (received_message), the peer's versions (start), app calls (open, listen, close)
 out: `dilate-N` messages (send_phase), (reader, writer) pairs per subchannel, status events, records
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .connection import (
+from burrow.client.dilation.connection import (
     KCM,
     SEQUENCED,
     SUPPORTED_VERSIONS,
@@ -32,9 +32,9 @@ from .connection import (
     Pong,
     RecordCodec,
 )
-from .errors import DilationError, ProtocolError
-from .framing import DEFAULT_MAX_FRAME
-from .manager import (
+from burrow.client.dilation.errors import DilationError, ProtocolError
+from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
+from burrow.client.dilation.manager import (
     Abandon,
     Failed,
     Manager,
@@ -44,10 +44,10 @@ from .manager import (
     StopConnecting,
     UseHints,
 )
-from .reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound, record_size
-from .stream import SubchannelListener, SubchannelReader, SubchannelWriter
-from .subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
-from .transport import Connector, L2Protocol, parse_relay_location
+from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound, record_size
+from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
+from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
+from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
 
 log = logging.getLogger(__name__)
 
