@@ -21,13 +21,13 @@ LOGS = VAR / "logs"
 
 # (package, description, arguments, lines telling a person how to reach it)
 SERVICES = [
-    ("mailbox_server", "mailbox",
+    ("burrow.mailbox_server", "mailbox",
      ["--db", str(VAR / "mailbox.sqlite"), "--event-log", str(LOGS / "mailbox.jsonl")],
      ["mailbox (rendezvous)  ws://127.0.0.1:4000/v1   admin http://127.0.0.1:9400/metrics"]),
-    ("transit_relay", "transit",
+    ("burrow.transit_relay", "transit",
      ["--event-log", str(LOGS / "transit.jsonl")],
      ["transit relay         tcp:127.0.0.1:4001  ws://127.0.0.1:4002   admin http://127.0.0.1:9401/metrics"]),
-    ("packet_relay", "relay",
+    ("burrow.packet_relay", "relay",
      ["--dev-tls", "--tls-dir", str(VAR / "tls"), "--key-file", str(VAR / "relay.key"),
       "--event-log", str(LOGS / "relay.jsonl")],
      ["packet relay          https://127.0.0.1:8443/derp (DERP), /relay (iroh); self-signed   STUN udp:127.0.0.1:3478",

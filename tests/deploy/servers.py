@@ -16,9 +16,9 @@ from tests.deploy.chart_util import REPO
 
 # service -> (python package, flags besides the admin ones)
 SERVICES = {
-    "mailbox": ("mailbox_server", ["--host", "127.0.0.1", "--port", "0", "--db", "{tmp}/mailbox.sqlite"]),
-    "transit": ("transit_relay", ["--host", "127.0.0.1", "--port", "0", "--websocket-port", "0"]),
-    "relay": ("packet_relay", ["--host", "127.0.0.1", "--https-port", "0", "--stun-port", "{udp}",
+    "mailbox": ("burrow.mailbox_server", ["--host", "127.0.0.1", "--port", "0", "--db", "{tmp}/mailbox.sqlite"]),
+    "transit": ("burrow.transit_relay", ["--host", "127.0.0.1", "--port", "0", "--websocket-port", "0"]),
+    "relay": ("burrow.packet_relay", ["--host", "127.0.0.1", "--https-port", "0", "--stun-port", "{udp}",
                                "--dev-tls", "--tls-dir", "{tmp}/tls", "--key-file", "{tmp}/relay.key"]),
 }
 

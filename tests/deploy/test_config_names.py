@@ -16,7 +16,7 @@ import pytest
 from tests.deploy.chart_util import REPO, render
 from tests.deploy.test_chart import VALUE_SETS
 
-PACKAGES = {"MAILBOX": "mailbox_server", "TRANSIT": "transit_relay", "RELAY": "packet_relay"}
+PACKAGES = {"MAILBOX": "burrow.mailbox_server", "TRANSIT": "burrow.transit_relay", "RELAY": "burrow.packet_relay"}
 NAME = re.compile(r"\bBURROW_(MAILBOX|TRANSIT|RELAY)_([A-Z0-9_]+)\b")
 FILES = ["docker/Dockerfile", "docker/compose.yaml", "docker/compose.tls.yaml", "docs/deploy.md",
          "helm/burrow/values.yaml"]

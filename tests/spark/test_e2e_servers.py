@@ -125,11 +125,11 @@ def test_servers_logs_through_burrow_report(spark, tmp_path, capsys):
     if not WORMHOLE.exists():
         pytest.fail(f"magic-wormhole CLI missing at {WORMHOLE}")
     logs = tmp_path / "logs"
-    mailbox, m = _start(["mailbox_server", "--host", "127.0.0.1", "--port", "0", "--admin-port", "0",
+    mailbox, m = _start(["burrow.mailbox_server", "--host", "127.0.0.1", "--port", "0", "--admin-port", "0",
                          "--db", str(tmp_path / "mailbox.sqlite"), "--event-log", str(logs / "mailbox.jsonl")],
                         r"listening on port (\d+)", tmp_path / "mailbox.out")
     mailbox_port = int(m.group(1))
-    transit, t = _start(["transit_relay", "--host", "127.0.0.1", "--port", "0", "--websocket-port", "0",
+    transit, t = _start(["burrow.transit_relay", "--host", "127.0.0.1", "--port", "0", "--websocket-port", "0",
                          "--admin-port", "0", "--event-log", str(logs / "transit.jsonl")],
                         r"transit relay on tcp [^ ]*:(\d+)", tmp_path / "transit.out")
     transit_port = int(t.group(1))
