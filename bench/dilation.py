@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from netns import add_congestion_option, apply_congestion  # noqa: E402
 
-from tests.client.servers import start_servers  # noqa: E402
-from tests.interop.dilation_util import Peer  # noqa: E402
+from harness.dilation import Peer  # noqa: E402
+from harness.wormhole_servers import start_servers  # noqa: E402
 
 CASE_TIMEOUT = 120.0  # seconds per case before it is reported as failed
 
@@ -43,7 +43,7 @@ CASE_TIMEOUT = 120.0  # seconds per case before it is reported as failed
 async def burrow_peer(args) -> None:
     from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
     from burrow.client.wormhole import Wormhole
-    from tests.interop.dilation_util import send_blob, sink_blob
+    from harness.dilation import send_blob, sink_blob
 
     def say(*parts):
         print(*parts, flush=True)

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchutil import free_port, wait_port  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: harness/
 from mailbox_load import hold_idle, load  # noqa: E402
+
+from harness.ports import free_port, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

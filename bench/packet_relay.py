@@ -37,16 +37,15 @@ import time
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: harness/
 
-from benchutil import free_port  # noqa: E402
 from packet_relay_load import pump  # noqa: E402
 
 from burrow.wire.derp import frames as f  # noqa: E402
 from burrow.wire.derp.connection import ClientConnection, Connected  # noqa: E402
 from burrow.wire.derp.handshake import generate_private_key  # noqa: E402
 from burrow.wire.stun import build_binding_request  # noqa: E402
+from harness.ports import free_port  # noqa: E402
 
 PKT = 1200
 RECV_FRAME = f.FRAME_HEADER_LEN + 32 + PKT

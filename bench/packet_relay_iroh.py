@@ -29,8 +29,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))  # after the root: `packet_relay` stays the package
+sys.path.insert(0, ROOT)  # the repository: harness/
 
 from nacl.signing import SigningKey  # noqa: E402
 from packet_relay_load import pump  # noqa: E402

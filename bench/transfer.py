@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from netns import add_congestion_option, apply_congestion  # noqa: E402
 
-from tests.client.servers import VENV_BIN, start_servers  # noqa: E402
+from harness.wormhole_servers import VENV_BIN, start_servers  # noqa: E402
 
 POLL = 0.01  # seconds between size samples
 CASE_TIMEOUT = 300.0  # seconds per transfer before we give up

@@ -39,8 +39,11 @@ import time
 from pathlib import Path
 
 import psutil
-from benchutil import free_port, wait_port  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: harness/
 from netns import HOST_ADDR, PEER_ADDR, VethPair, add_congestion_option, apply_congestion  # noqa: E402
+
+from harness.ports import free_port, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.client.servers import VENV_BIN, start_servers
+from harness.wormhole_servers import VENV_BIN, start_servers
 
 CLIENTS = ("burrow", "wormhole", "william")
 PAIRS = [("burrow", "wormhole"), ("wormhole", "burrow"), ("burrow", "william"), ("william", "burrow"),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from harness.ports import free_port, wait_http
+from harness.processes import Process
 from tests.deploy.chart_util import REPO
 
 # service -> (python package, flags besides the admin ones)
@@ -23,13 +23,6 @@ SERVICES = {
 }
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port the kernel just handed out on 127.0.0.1 (for processes that cannot report port 0 back)."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def running(service: str, tmp: Path, timeout: float = 20.0) -> Iterator[str]:
     """Start `python -m <package>` and yield its admin base URL once /healthz answers."""
@@ -37,33 +30,14 @@ def running(service: str, tmp: Path, timeout: float = 20.0) -> Iterator[str]:
     admin = free_port()
     argv = [a.format(tmp=tmp, udp=free_port(socket.SOCK_DGRAM)) for a in args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("BURROW_")}
-    log = open(tmp / f"{service}.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", package, *argv, "--admin-host", "127.0.0.1",
-                             "--admin-port", str(admin)], cwd=REPO, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{admin}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{service} exited: {(tmp / f'{service}.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{service} admin did not answer: {(tmp / f'{service}.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
+    with Process([sys.executable, "-m", package, *argv, "--admin-host", "127.0.0.1", "--admin-port", str(admin)],
+                 log=tmp / f"{service}.log", cwd=REPO, env=env) as proc:
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            wait_http(url + "/healthz", proc.proc, timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{service}: {exc}: {proc.output()[-2000:]}") from None
+        yield url
 
 
 def metric_families(url: str) -> set[str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from harness.ports import free_port
 from tests.deploy.podman_stack import (
     Stack,
     base_image,
@@ -34,7 +35,6 @@ from tests.deploy.podman_stack import (
     podman_service,
     wheelhouse,
 )
-from tests.deploy.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop, pytest.mark.timeout(1500)]
 

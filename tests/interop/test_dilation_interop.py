@@ -1,41 +1,31 @@
 """burrow's Dilation against magic-wormhole 0.24's (its Python API in a subprocess) on 127.0.0.1.
 
-The mailbox and transit relay are the reference servers unless BURROW_DILATION_SERVERS=burrow.
+The mailbox and transit relay are the reference servers unless BURROW_TEST_SERVERS=burrow.
 burrow's dilation side is forced ("f"*16 / "0"*16) so both roles are covered deterministically.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
 from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
 from burrow.client.wormhole import Wormhole
-from tests.client.servers import start_servers
-from tests.interop.dilation_util import CuttingProxy, Peer, send_blob, sink_blob
+from harness.dilation import CuttingProxy, Peer, send_blob, sink_blob
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.interop]
 
 LEADER, FOLLOWER = "f" * 16, "0" * 16
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    kind = os.environ.get("BURROW_DILATION_SERVERS", "reference")
-    s = start_servers(kind, tmp_path_factory.mktemp(f"dilation-{kind}"))
-    yield s
-    s.stop()
-
-
-async def run_pair(servers, *, side, listen, size, transit=None, peer_args=(), **kw):
-    transit = transit or servers.transit_helper
-    peer = await Peer.start(servers.relay_url, transit, "--listen", "up", "--open", f"down:{size}",
+async def run_pair(wormhole_servers, *, side, listen, size, transit=None, peer_args=(), **kw):
+    transit = transit or wormhole_servers.transit_helper
+    peer = await Peer.start(wormhole_servers.relay_url, transit, "--listen", "up", "--open", f"down:{size}",
                             "--expect", "1", *([] if listen else ["--no-listen"]), *peer_args)
     try:
         code = (await peer.expect("code"))[1]
-        w = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+        w = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
         await w.open()
         w.set_code(code)
         statuses = []
@@ -74,8 +64,8 @@ async def run_pair(servers, *, side, listen, size, transit=None, peer_args=(), *
 
 @pytest.mark.parametrize("side", [LEADER, FOLLOWER], ids=["burrow-leader", "burrow-follower"])
 @pytest.mark.parametrize("listen", [True, False], ids=["direct", "relay-only"])
-async def test_100mb_each_way_with_magic_wormhole_024(servers, side, listen):
-    _, paths, peer = await run_pair(servers, side=side, listen=listen, size=100_000_000)
+async def test_100mb_each_way_with_magic_wormhole_024(wormhole_servers, side, listen):
+    _, paths, peer = await run_pair(wormhole_servers, side=side, listen=listen, size=100_000_000)
     assert paths and paths[0].startswith("direct" if listen else "relay")
     theirs = [line for line in peer.lines if line.startswith("status ConnectedPeer")]
     assert theirs, peer.lines
@@ -85,11 +75,11 @@ async def test_100mb_each_way_with_magic_wormhole_024(servers, side, listen):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("side", [LEADER, FOLLOWER], ids=["burrow-leader", "burrow-follower"])
-async def test_200mb_with_relay_cut_every_2s_against_magic_wormhole_024(servers, side):
-    proxy = CuttingProxy(servers.transit_port, cut_after=2.0, max_rate=50e6)  # >= 4 s: >= 2 cuts
+async def test_200mb_with_relay_cut_every_2s_against_magic_wormhole_024(wormhole_servers, side):
+    proxy = CuttingProxy(wormhole_servers.transit_port, cut_after=2.0, max_rate=50e6)  # >= 4 s: >= 2 cuts
     await proxy.start()
     try:
-        d, paths, _ = await run_pair(servers, side=side, listen=False, size=200_000_000, transit=proxy.location,
+        d, paths, _ = await run_pair(wormhole_servers, side=side, listen=False, size=200_000_000, transit=proxy.location,
                                      ping_interval=5.0, peer_args=("--ping-interval", "5"))
         assert proxy.cuts >= 1 and len(paths) >= 2  # the connection really broke and came back
         assert all(p.startswith("relay") for p in paths)

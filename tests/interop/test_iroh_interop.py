@@ -13,8 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.ports import free_port
+from harness.processes import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 PEER = Path(__file__).with_name("iroh_peer.py")
 NBYTES = 2 * 1024 * 1024
@@ -32,12 +33,6 @@ DIAL_BOUND = 45.0   # our outer bound; iroh 1.2.0 gives up by itself after about
 
 
 # ---------------------------------------------------------------- driver (runs inside the netns)
-def _free_port() -> int:
-    with socket.socket() as s:  # inside our own namespace nobody else can take it meanwhile
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, timeout=10, capture_output=True)
 
@@ -50,7 +45,7 @@ def _metric(admin_port: int, name: str, labels: str) -> float:
 
 class Relay:
     def __init__(self, tmp: Path, name: str, *extra: str) -> None:
-        self.port, self.admin = _free_port(), _free_port()
+        self.port, self.admin = free_port(), free_port()
         self.log = tmp / f"{name}.jsonl"
         cmd = [sys.executable, "-m", "burrow.packet_relay", "--host", "127.0.0.1",
                "--http-port", str(self.port), "--https-port", "-1", "--stun-port", "0",
@@ -70,15 +65,9 @@ class Relay:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        code = stop(self.proc, 15)
         self.stderr.close()
-        return self.proc.returncode
+        return code
 
     def events(self) -> list[dict]:
         if not self.log.exists():

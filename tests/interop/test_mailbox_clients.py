@@ -8,10 +8,7 @@ import subprocess
 
 import pytest
 
-try:  # tests/interop has no __init__.py: pytest puts this folder on sys.path
-    from mailbox_helpers import MailboxProcess, TransitRelay, wormhole
-except ImportError:  # pragma: no cover - if the folder becomes a package
-    from tests.interop.mailbox_helpers import MailboxProcess, TransitRelay, wormhole
+from harness.wormhole_servers import MailboxProcess, TransitRelay, wormhole
 
 pytestmark = [pytest.mark.interop]
 NO_TRANSIT = "tcp:127.0.0.1:1"  # text needs no transit; a dead helper keeps clients off the internet

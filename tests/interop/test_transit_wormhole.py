@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.processes import stop
+
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 VENV_BIN = Path(sys.executable).parent
@@ -69,12 +71,7 @@ class Sandbox:
 
     def close(self) -> None:
         for p in self.children:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop(p)
         self.proc.kill()
         self.proc.wait()
 

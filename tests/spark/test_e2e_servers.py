@@ -13,7 +13,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from harness.processes import Process
 
 pytestmark = [pytest.mark.slow, pytest.mark.interop]
 
@@ -33,30 +34,19 @@ PAIRS = [(100_000, 2_000), (1_234_567, 0), (17, 65_536)]  # (bytes from first, b
 TEXT_TRANSFERS = 3  # the last one is sent by our client
 
 
-def _start(args: list[str], pattern: str, log: Path) -> tuple[subprocess.Popen, re.Match]:
+def _start(args: list[str], pattern: str, log: Path) -> tuple[Process, re.Match]:
     """Start a server, read its output until `pattern` shows the bound port."""
-    fh = open(log, "w+")
-    proc = subprocess.Popen([sys.executable, "-m", *args], stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    proc = Process([sys.executable, "-m", *args], log=log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        text = log.read_text()
-        m = re.search(pattern, text)
+        m = re.search(pattern, log.read_text())
         if m:
             return proc, m
-        if proc.poll() is not None:
+        if not proc.alive():
             break
         time.sleep(0.1)
     proc.kill()
-    raise AssertionError(f"{args[0]} did not start: {log.read_text()[-2000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    raise AssertionError(f"{args[0]} did not start: {proc.output()[-2000:]}")
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -143,8 +133,8 @@ def test_servers_logs_through_burrow_report(spark, tmp_path, capsys):
         _wait_lines(logs / "mailbox.jsonl",
                     lambda rows: sum(r["event"] == "connection" for r in rows) >= 2 * TEXT_TRANSFERS)
     finally:
-        _stop(transit)
-        _stop(mailbox)
+        transit.stop(30)
+        mailbox.stop(30)
 
     raw = [json.loads(x) for f in glob.glob(str(logs / "*.jsonl")) for x in Path(f).read_text().splitlines()]
     mailbox_bytes = sum(r["bytes"] for r in raw if r["event"] == "mailbox")

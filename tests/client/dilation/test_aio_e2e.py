@@ -11,15 +11,15 @@ import pytest
 from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
 from burrow.client.dilation.errors import SubchannelClosed
 from burrow.client.wormhole import Wormhole
-from tests.interop.dilation_util import CuttingProxy, send_blob, sink_blob
+from harness.dilation import CuttingProxy, send_blob, sink_blob
 
 pytestmark = pytest.mark.timeout(120)
 
 
-async def pair(servers, *, listen=True, transit=None, sides=(None, None), **kw):
-    transit = transit or servers.transit_helper
-    a = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
-    b = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+async def pair(wormhole_servers, *, listen=True, transit=None, sides=(None, None), **kw):
+    transit = transit or wormhole_servers.transit_helper
+    a = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+    b = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
     await a.open()
     await b.open()
     a.allocate_code()
@@ -38,8 +38,8 @@ async def pair(servers, *, listen=True, transit=None, sides=(None, None), **kw):
 
 
 @pytest.mark.parametrize("listen", [True, False], ids=["direct", "relay-only"])
-async def test_bulk_both_directions_and_status(servers, listen):
-    da, db, (sa, sb), close = await pair(servers, listen=listen, sides=("f" * 16, "0" * 16))
+async def test_bulk_both_directions_and_status(wormhole_servers, listen):
+    da, db, (sa, sb), close = await pair(wormhole_servers, listen=listen, sides=("f" * 16, "0" * 16))
     assert da.leader is True and db.leader is False
     la, lb = da.listen("blob"), db.listen("blob")
 
@@ -61,8 +61,8 @@ async def test_bulk_both_directions_and_status(servers, listen):
     assert sa[-1].state == "stopped"
 
 
-async def test_eight_parallel_subchannels_and_close_semantics(servers):
-    da, db, _, close = await pair(servers)
+async def test_eight_parallel_subchannels_and_close_semantics(wormhole_servers):
+    da, db, _, close = await pair(wormhole_servers)
     listener = db.listen("many")
     payloads = [os.urandom(300_000 + i) for i in range(8)]
 
@@ -92,11 +92,11 @@ async def test_eight_parallel_subchannels_and_close_semantics(servers):
     await close()
 
 
-async def test_bulk_subchannels_take_turns(servers):
+async def test_bulk_subchannels_take_turns(wormhole_servers):
     # Writers that never have to wait (the connection has room) still take turns: when the first of four bulk
     # subchannels has delivered everything, each other one has delivered at least half of its data. Before
     # drain() yielded, the first ran to completion while the others sat at their first megabyte.
-    da, db, _, close = await pair(servers, listen=False)
+    da, db, _, close = await pair(wormhole_servers, listen=False)
     listener = db.listen("bulk")
     size, block = 32 << 20, os.urandom(1 << 20)
     delivered: dict[int, int] = {}
@@ -126,9 +126,9 @@ async def test_bulk_subchannels_take_turns(servers):
     await close()
 
 
-async def test_acks_are_cumulative_and_pending_ones_go_out_on_close(servers):
+async def test_acks_are_cumulative_and_pending_ones_go_out_on_close(wormhole_servers):
     # The delay is out of reach, so only bytes trigger an ACK: at most one per 2 MiB delivered.
-    da, db, _, close = await pair(servers, listen=False, ack_every_bytes=2 * 1024 * 1024, ack_delay=3600.0)
+    da, db, _, close = await pair(wormhole_servers, listen=False, ack_every_bytes=2 * 1024 * 1024, ack_delay=3600.0)
     listener = db.listen("acks")
 
     async def sink():
@@ -145,8 +145,8 @@ async def test_acks_are_cumulative_and_pending_ones_go_out_on_close(servers):
     assert len(da.outbound) == 0 and len(db.outbound) == 0
 
 
-async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(servers):
-    da, db, _, close = await pair(servers, reader_limit=64 * 1024, max_unacked_bytes=1 << 20)
+async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(wormhole_servers):
+    da, db, _, close = await pair(wormhole_servers, reader_limit=64 * 1024, max_unacked_bytes=1 << 20)
     r, w = await da.open("late")
     data = os.urandom(8 << 20)
     w.write(data)
@@ -173,10 +173,10 @@ async def test_open_before_listen_is_queued_and_slow_reader_pauses_connection(se
 
 
 @pytest.mark.slow
-async def test_200mb_relay_with_connection_cut_every_2s(servers):
-    proxy = CuttingProxy(servers.transit_port, cut_after=2.0, max_rate=50e6)  # >= 4 s: >= 2 cuts
+async def test_200mb_relay_with_connection_cut_every_2s(wormhole_servers):
+    proxy = CuttingProxy(wormhole_servers.transit_port, cut_after=2.0, max_rate=50e6)  # >= 4 s: >= 2 cuts
     await proxy.start()
-    da, db, (sa, _), close = await pair(servers, listen=False, transit=proxy.location, ping_interval=5.0)
+    da, db, (sa, _), close = await pair(wormhole_servers, listen=False, transit=proxy.location, ping_interval=5.0)
     listener = db.listen("bulk")
     r, w = await da.open("bulk")
 
@@ -194,12 +194,12 @@ async def test_200mb_relay_with_connection_cut_every_2s(servers):
     await proxy.stop()
 
 
-async def test_seed_version_1_between_burrow_clients(servers):
+async def test_seed_version_1_between_burrow_clients(wormhole_servers):
     """Offered second: used only when the peer lists just "1". Names are not on the wire in "1", so the
     acceptor listens for the empty subprotocol; the Follower sends unprovoked PONGs."""
-    a = Wormhole(servers.relay_url, transit_helper=servers.transit_helper,
+    a = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper,
                  versions_extra={"can-dilate": ["1"], "dilation-abilities": DILATION_VERSIONS["dilation-abilities"]})
-    b = Wormhole(servers.relay_url, transit_helper=servers.transit_helper, versions_extra=DILATION_VERSIONS)
+    b = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, versions_extra=DILATION_VERSIONS)
     await a.open()
     await b.open()
     a.allocate_code()
@@ -222,13 +222,13 @@ async def test_seed_version_1_between_burrow_clients(servers):
     await asyncio.gather(a.close(), b.close(), return_exceptions=True)
 
 
-async def test_leader_keepalive_detects_a_silent_connection(servers):
-    from tests.interop.dilation_util import FreezingProxy
+async def test_leader_keepalive_detects_a_silent_connection(wormhole_servers):
+    from harness.dilation import FreezingProxy
 
-    proxy = FreezingProxy(servers.transit_port)
+    proxy = FreezingProxy(wormhole_servers.transit_port)
     await proxy.start()
     try:
-        da, db, (sa, sb), close = await pair(servers, listen=False, transit=proxy.location,
+        da, db, (sa, sb), close = await pair(wormhole_servers, listen=False, transit=proxy.location,
                                              sides=("f" * 16, "0" * 16), ping_interval=0.3)
         listener = db.listen("chat")
         r, w = await da.open("chat")

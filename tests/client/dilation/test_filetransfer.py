@@ -21,7 +21,7 @@ from burrow.client.apps.dilated_transfer import (
 )
 from burrow.client.dilation.aio import DILATION_VERSIONS
 from burrow.client.wormhole import Wormhole
-from tests.interop.dilation_util import CuttingProxy
+from harness.dilation import CuttingProxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,10 +51,10 @@ def test_unsafe_names_rejected(bad):
         safe_relative(bad)
 
 
-async def session(servers, transit, src_paths, out_dir, *, listen=True, accept=None):
-    s = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS,
+async def session(wormhole_servers, transit, src_paths, out_dir, *, listen=True, accept=None):
+    s = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS,
                  app_versions=app_versions("send"))
-    r = Wormhole(servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS,
+    r = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS,
                  app_versions=app_versions("receive", "ask"))
     await s.open()
     await r.open()
@@ -68,7 +68,7 @@ async def session(servers, transit, src_paths, out_dir, *, listen=True, accept=N
     return sent, got, statuses
 
 
-async def test_many_files_and_a_directory_over_a_cut_relay_then_resume(servers, tmp_path):
+async def test_many_files_and_a_directory_over_a_cut_relay_then_resume(wormhole_servers, tmp_path):
     src = tmp_path / "src"
     (src / "tree" / "sub").mkdir(parents=True)
     files = []
@@ -80,10 +80,10 @@ async def test_many_files_and_a_directory_over_a_cut_relay_then_resume(servers, 
     (src / "tree" / "sub" / "b.bin").write_bytes(os.urandom(3_000_000))
     out = tmp_path / "out"
     out.mkdir()
-    proxy = CuttingProxy(servers.transit_port, cut_after=1.0, max_rate=10e6)  # ~3 s: several cuts
+    proxy = CuttingProxy(wormhole_servers.transit_port, cut_after=1.0, max_rate=10e6)  # ~3 s: several cuts
     await proxy.start()
     try:
-        sent, got, statuses = await session(servers, proxy.location, [*files, src / "tree"], out, listen=False)
+        sent, got, statuses = await session(wormhole_servers, proxy.location, [*files, src / "tree"], out, listen=False)
     finally:
         await proxy.stop()
     total = sum(p.stat().st_size for p in files) + 5 + 3_000_000
@@ -98,14 +98,14 @@ async def test_many_files_and_a_directory_over_a_cut_relay_then_resume(servers, 
 
     # a second session with the same files only sends what is missing
     (out / files[0].name).unlink()
-    sent2, got2, _ = await session(servers, servers.transit_helper, files, out)
+    sent2, got2, _ = await session(wormhole_servers, wormhole_servers.transit_helper, files, out)
     assert sent2.sent == [files[0].name]
     assert sorted(sent2.skipped) == sorted(p.name for p in files[1:])
     assert sent2.data_bytes == files[0].stat().st_size
     assert sorted(got2.skipped) == sorted(p.name for p in files[1:])
 
 
-async def test_receiver_can_refuse(servers, tmp_path):
+async def test_receiver_can_refuse(wormhole_servers, tmp_path):
     p = tmp_path / "secret.bin"
     p.write_bytes(b"x" * 1000)
     out = tmp_path / "out"
@@ -114,12 +114,12 @@ async def test_receiver_can_refuse(servers, tmp_path):
     async def no(name, size, is_dir):
         return False
 
-    sent, got, _ = await session(servers, servers.transit_helper, [p], out, accept=no)
+    sent, got, _ = await session(wormhole_servers, wormhole_servers.transit_helper, [p], out, accept=no)
     assert sent.rejected == ["secret.bin"] and got.rejected == ["secret.bin"] and sent.data_bytes == 0
     assert not (out / "secret.bin").exists()
 
 
-async def test_cli_glue_send_dilated_and_receive(servers, tmp_path):
+async def test_cli_glue_send_dilated_and_receive(wormhole_servers, tmp_path):
     from argparse import Namespace
 
     from burrow.client.apps.dilated_transfer_cli import (
@@ -133,10 +133,10 @@ async def test_cli_glue_send_dilated_and_receive(servers, tmp_path):
     src.write_bytes(os.urandom(2_000_000))
     out = tmp_path / "inbox"
     code = "7-guitarist-revenge"
-    common = dict(relay_url=servers.relay_url, transit_helper=servers.transit_helper, no_listen=False,
+    common = dict(relay_url=wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, no_listen=False,
                   hide_progress=True, appid="lothar.com/wormhole/text-or-file-xfer")
     send = asyncio.ensure_future(cmd_send_dilated(Namespace(**common, what=str(src), code=code, code_length=2)))
-    r = Wormhole(servers.relay_url, transit_helper=servers.transit_helper, **RECEIVER_WORMHOLE_KWARGS)
+    r = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, **RECEIVER_WORMHOLE_KWARGS)
     await r.open()
     r.set_code(code)
     await r.get_verifier()

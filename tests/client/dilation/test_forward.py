@@ -32,15 +32,15 @@ async def echo_server():
     return server, server.sockets[0].getsockname()[1]
 
 
-async def test_forward_to_allowed_target_and_refuse_others(servers):
+async def test_forward_to_allowed_target_and_refuse_others(wormhole_servers):
     echo, echo_port = await echo_server()
     stop = asyncio.Event()
     ready: asyncio.Future = asyncio.get_running_loop().create_future()
     code_f: asyncio.Future = asyncio.get_running_loop().create_future()
 
     def args(*extra) -> argparse.Namespace:
-        return build_parser().parse_args(["--relay-url", servers.relay_url, "--transit-helper",
-                                          servers.transit_helper, *extra])
+        return build_parser().parse_args(["--relay-url", wormhole_servers.relay_url, "--transit-helper",
+                                          wormhole_servers.transit_helper, *extra])
 
     a = asyncio.ensure_future(run(args("--local", f"0:127.0.0.1:{echo_port}", "--local", "0:127.0.0.1:1"),
                                   on_code=code_f.set_result, on_ready=ready.set_result,

@@ -1,4 +1,4 @@
-"""Shared pieces of the Dilation interop tests and bench: the blob app protocol and a 0.24 peer process.
+"""Dilation test and bench pieces: the blob app protocol, a magic-wormhole 0.24 peer process, cutting proxies.
 
 Blob protocol on a subchannel: an 8-byte big-endian length, that many bytes, then the receiver answers the
 64 hex digits of their SHA-256 and closes (the same as tests/interop/mw_dilation_peer.py).
@@ -13,7 +13,7 @@ import struct
 import sys
 from pathlib import Path
 
-PEER = Path(__file__).with_name("mw_dilation_peer.py")
+PEER = Path(__file__).resolve().parents[1] / "tests" / "interop" / "mw_dilation_peer.py"
 BLOCK = os.urandom(1024 * 1024)
 
 
