@@ -198,9 +198,10 @@ def wheelhouse(workdir: Path, extras: str, log: Path) -> Iterator[str]:
     house = workdir / "wheels"
     house.mkdir(exist_ok=True)
     with open(log, "ab") as out:
+        # async-timeout: redis-py needs it on Pythons before 3.11.3 (the image's Debian 3.11), not on the host's
         subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(house),
-                        f"{REPO}{extras}", "setuptools>=68", "wheel"], check=True, stdout=out, stderr=out,
-                       timeout=900)
+                        f"{REPO}{extras}", "setuptools>=68", "wheel", "async-timeout>=4.0.3"], check=True,
+                       stdout=out, stderr=out, timeout=900)
     for own in house.glob("burrow-*.whl"):
         own.unlink()
     note(log, f"wheelhouse ready: {len(list(house.glob('*.whl')))} wheels")
