@@ -3,9 +3,8 @@
 import pytest
 
 from burrow.client.apps.iroh_probe import probe_iroh
-
-from ..derp_util import ca
-from .util import http_url, https_url, iroh_relay
+from tests.packet_relay.derp_util import ca
+from tests.packet_relay.iroh.util import http_url, https_url, iroh_relay
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
