@@ -1,4 +1,4 @@
-"""The cipher-only stream for a Dilation benchmark: what two processes on this machine move when they do
+"""The cipher-only stream for a Dilation benchmark: what two processes on the same machine move when they do
 nothing but what Dilation's wire format makes every implementation do.
 
 Records are laid out as burrow's DATA records are (client/dilation/runtime.py): MAX_RECORD_PAYLOAD bytes plus the

@@ -11,7 +11,7 @@ user+system), fastest of `--repeat` runs. Byte counts are always checked; `--ver
 (the interop tests do that). "relay" disables listening on both sides so the transit relay carries everything.
 Each row also runs the cipher-only stream (bench/cipher_only.py) on the same path: two processes that do
 nothing but seal, send, receive and open the records, a yardstick for what the cipher and the path allow on
-this machine. The machine is shared: compare the ratio printed per row, not absolute figures across runs.
+the machine. The machine is shared: compare the ratio printed per row, not absolute figures across runs.
 The TCP congestion control matters as much as anything here (see bench/netns.py), so by default the whole
 benchmark runs twice: on the host's network as it is, then in a private loopback-only network namespace
 with cubic, the Linux default (`--congestion host,cubic`); each table's header names the one it used.

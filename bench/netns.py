@@ -3,7 +3,7 @@
 `--congestion cubic` (`add_congestion_option` / `apply_congestion`): the whole benchmark, servers and peers
 included, runs in a private namespace that has only loopback, with cubic as its TCP congestion control
 (`host`: the host's network as it is; a list runs each in turn). The TCP stack's costs depend on it: with
-BBR, the default of some distributions and of this VM, every sender paces its packets with kernel timers
+BBR, the default of some distributions and cloud images, every sender paces its packets with kernel timers
 (loopback has no qdisc to pace for it), which in a VM costs a large part of a fast stream's CPU. Every
 benchmark that takes the option prints the congestion control it ran with.
 

@@ -1,4 +1,4 @@
-"""Key schedule, exactly as magic-wormhole 0.24 does it (WH/_key.py, WH/util.py).
+"""Key schedule, exactly as magic-wormhole 0.24 does it (PAKE, key derivation, message boxes).
 
 * PAKE: SPAKE2_Symmetric(NFC-utf8(code), idSymmetric=utf8(appid)); body {"pake_v1": hex(msg)}.
 * Phase key: HKDF-SHA256(K, 32, info=b"wormhole:phase:" + sha256(side) + sha256(phase)), no salt,

@@ -5,7 +5,7 @@ in:  connection_made(), connection_lost(), receive(text) from the WebSocket; API
 out: `take_outgoing()` -> JSON texts to send; `take_events()` -> event dataclasses below.
 states: per connection (bound / claim sent / open sent ...) is reset on every reconnect; what
      survives is the nameplate, mailbox, the pending (un-echoed) adds and a pending release/close,
-     which are replayed after the next `bind` with the same side (WH/_nameplate.py, WH/_mailbox.py).
+     which are replayed after the next `bind` with the same side, as magic-wormhole 0.24 does.
 
 Peer messages are deduplicated by phase (the server never dedupes); our own echoed messages dequeue
 the pending add of that phase. The nameplate is released as soon as the peer's first message arrives.

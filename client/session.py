@@ -5,9 +5,9 @@ out: take_outgoing() -> texts for the WebSocket; take_events() -> the event data
 states: no code -> code known (PAKE sent) -> key (version sent) -> verified (peer version decrypted)
      -> closing -> closed. Any decrypt failure or bad PAKE -> scared (close mood "scary").
 
-Peer messages other than "pake" wait until the key exists (WH/_order.py). Numbered phases "0","1",..
+Peer messages other than "pake" wait until the key exists. Numbered phases "0","1",..
 are delivered to the app strictly in order without gaps; "dilate-N" messages are delivered in N order
-on their own stream; unknown phases are ignored (forward compatibility, as WH/_boss.py does).
+on their own stream; unknown phases are ignored (forward compatibility, as magic-wormhole does).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ states (Keepalive): one per selected connection; dead is terminal.
 Record layouts for dilation version "ged" (magic-wormhole 0.24), integers big-endian u32:
   KCM 0x00 | PING 0x01 id[4] | PONG 0x02 id[4] | OPEN 0x03 scid seq subprotocol-utf8
   DATA 0x04 scid seq payload | CLOSE 0x05 scid seq | ACK 0x06 seq
-Version "1" (the published seed) numbers PING=0x00 .. ACK=0x05, its KCM is an empty plaintext and OPEN
+Version "1" (the language-agnostic Dilation specification) numbers PING=0x00 .. ACK=0x05, its KCM is an empty plaintext and OPEN
 carries no subprotocol name.
 """
 
@@ -150,8 +150,8 @@ class Keepalive:
 
     The Leader sends a PING every `interval` seconds and declares the connection dead when a whole
     interval passes after a PING with nothing at all received (magic-wormhole 0.24 waits for a PONG; any
-    inbound record is at least as strong a sign of life). The Follower only answers PINGs; with the seed's
-    version "1" it also sends an unprovoked zero-id PONG when it wrote nothing for an interval.
+    inbound record is at least as strong a sign of life). The Follower only answers PINGs; with the
+    specification's version "1" it also sends an unprovoked zero-id PONG when it wrote nothing for an interval.
     """
 
     def __init__(self, *, leader: bool, interval: float, now: float, version: str = "ged"):

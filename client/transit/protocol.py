@@ -1,4 +1,4 @@
-"""Classic Transit, sans-IO (seed 002; WH/transit.py, WH/_hints.py for the deployed variant).
+"""Classic Transit, sans-IO, as magic-wormhole 0.24 and wormhole-william speak it (handshakes, hints, records).
 
 in:  the transit key, our role ("sender"/"receiver"), bytes read from one candidate connection.
 out: bytes to write, and events: RelayReady, PeerReady (handshake verified), Go (receiver got "go"),

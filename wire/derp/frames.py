@@ -4,7 +4,7 @@ in:  bytes in arbitrary chunks (FrameDecoder) or one (type, payload) pair (decod
 out: frozen dataclasses with encode()/decode()
 
 A frame is `type:u8 | len:u32 big-endian | payload[len]`; the length excludes the 5-byte header.
-Layouts follow Tailscale's derp/derp.go (see ../shared/reference/derp.md section 1.3).
+Layouts follow Tailscale's derp/derp.go, the protocol's definition (frame types and their byte layouts).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ out: frozen dataclasses with encode()/decode()
 
 A frame is a QUIC varint frame type followed by its body; there is no length field because the
 WebSocket message carries it. Handshake bodies (types 0-3) are postcard-serialised: fixed arrays are
-raw bytes, byte strings and strings carry a LEB128 length. Layouts from the iroh-relay sources
-(../shared/reference/iroh-relay.md section 3).
+raw bytes, byte strings and strings carry a LEB128 length. The layouts are those of the
+iroh-relay crate that iroh 1.2 ships.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DERP frame codec: literal byte vectors from the layouts in derp.md 1.2-1.3, round trips,
+"""DERP frame codec: literal byte vectors from the layouts of Tailscale's derp.go, round trips,
 one-byte-at-a-time feeding, and fuzzing (decoders raise only our ProtocolError)."""
 
 import pytest
