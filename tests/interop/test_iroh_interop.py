@@ -157,7 +157,7 @@ def report() -> dict:
     if not _can_unshare():
         pytest.fail("this test needs root, unshare, ip and iptables/ip6tables (see .ci/run)")
     out = subprocess.run(["unshare", "-n", sys.executable, __file__], cwd=ROOT, capture_output=True,
-                         text=True, timeout=DRIVER_TIMEOUT)
+                         text=True, timeout=DRIVER_TIMEOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
