@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint pytest bench report clean
+.PHONY: run test test-deps lint pytest bench report clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ run: $(RUN_STAMP)
 	$(PY) scripts/run_suite.py
 
 ## make test: lint with ruff, then the whole pytest suite (unit, integration, interop)
-test: $(TEST_STAMP) lint pytest
+test: $(TEST_STAMP) test-deps lint pytest
+
+## the Debian tools the interop tests drive: installed when root, else named with the install command
+test-deps:
+	$(PY) scripts/test_deps.py
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .

@@ -153,7 +153,7 @@ def _can_unshare() -> bool:
 
 @pytest.fixture(scope="module")
 def report() -> dict:
-    pytest.importorskip("iroh")
+    import iroh  # noqa: F401 - a test dependency: pip install -e .[test]
     if not _can_unshare():
         pytest.fail("this test needs root, unshare, ip and iptables/ip6tables (see .ci/run)")
     out = subprocess.run(["unshare", "-n", sys.executable, __file__], cwd=ROOT, capture_output=True,

@@ -16,6 +16,14 @@ WILLIAM = shutil.which("wormhole-william")
 
 
 @pytest.fixture
+def william() -> str:
+    """The wormhole-william binary; its absence fails the test (make test installs it as root)."""
+    if WILLIAM is None:
+        pytest.fail("wormhole-william is not installed: apt-get install -y wormhole-william")
+    return WILLIAM
+
+
+@pytest.fixture
 def mailbox(tmp_path):
     server = MailboxProcess(str(tmp_path / "mailbox.sqlite")).start()
     yield server
@@ -66,20 +74,18 @@ def test_wormhole_file_via_transit_relay(mailbox, tmp_path):
         relay.stop()
 
 
-@pytest.mark.skipif(WILLIAM is None, reason="wormhole-william is not installed (apt-get install wormhole-william)")
-def test_william_sends_to_magic_wormhole(mailbox, tmp_path):
+def test_william_sends_to_magic_wormhole(mailbox, tmp_path, william):
     code = "7-amber-falcon"
-    send = [WILLIAM, "send", "--relay-url", mailbox.url, "--code", code, "--text", "from william"]
+    send = [william, "send", "--relay-url", mailbox.url, "--code", code, "--text", "from william"]
     rc, out, rx = run_pair(send, wormhole(mailbox.url, NO_TRANSIT, "receive", code), tmp_path)
     assert rx.returncode == 0, rx.stderr
     assert rx.stdout.strip() == "from william"
     assert rc == 0, out
 
 
-@pytest.mark.skipif(WILLIAM is None, reason="wormhole-william is not installed (apt-get install wormhole-william)")
-def test_magic_wormhole_sends_to_william(mailbox, tmp_path):
+def test_magic_wormhole_sends_to_william(mailbox, tmp_path, william):
     code = "8-silver-lynx"
-    recv = [WILLIAM, "receive", "--relay-url", mailbox.url, code]
+    recv = [william, "receive", "--relay-url", mailbox.url, code]
     rc, out, rx = run_pair(wormhole(mailbox.url, NO_TRANSIT, "send", "--code", code, "--text", "to william"),
                            recv, tmp_path)
     assert rx.returncode == 0, rx.stderr + rx.stdout
@@ -87,10 +93,9 @@ def test_magic_wormhole_sends_to_william(mailbox, tmp_path):
     assert rc == 0, out
 
 
-@pytest.mark.skipif(WILLIAM is None, reason="wormhole-william is not installed (apt-get install wormhole-william)")
-def test_william_allocated_code_to_william(mailbox, tmp_path):
+def test_william_allocated_code_to_william(mailbox, tmp_path, william):
     """No fixed code: the sender allocates a nameplate and prints the code the receiver types."""
-    sender = subprocess.Popen([WILLIAM, "send", "--relay-url", mailbox.url, "--text", "allocated"],
+    sender = subprocess.Popen([william, "send", "--relay-url", mailbox.url, "--text", "allocated"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
     try:
         code = None
@@ -99,7 +104,7 @@ def test_william_allocated_code_to_william(mailbox, tmp_path):
                 code = line.split()[-1]
                 break
         assert code and code.split("-")[0].isdigit(), code
-        rx = subprocess.run([WILLIAM, "receive", "--relay-url", mailbox.url, code], capture_output=True,
+        rx = subprocess.run([william, "receive", "--relay-url", mailbox.url, code], capture_output=True,
                             text=True, timeout=60, cwd=tmp_path)
         assert rx.returncode == 0, rx.stderr
         assert "allocated" in rx.stdout

@@ -105,7 +105,7 @@ async def _until(predicate, what: str) -> None:
 async def test_debian_stun_client(server):
     """Debian's `stun` (stun-client 0.97) speaks RFC 3489: it needs MAPPED-ADDRESS."""
     if shutil.which("stun") is None:
-        pytest.skip("Debian package stun-client is not installed")
+        pytest.fail("stun (Debian package stun-client) is not installed: apt-get install -y stun-client")
     seen = _spy_sources(server)
     code, out = await _run("stun", f"127.0.0.1:{server.port}", "1", "-v")
     assert code == 0, out
@@ -119,7 +119,7 @@ async def test_debian_stun_client(server):
 @pytest.mark.interop
 async def test_coturn_stunclient(server):
     if shutil.which("turnutils_stunclient") is None:
-        pytest.skip("Debian package coturn is not installed")
+        pytest.fail("turnutils_stunclient (Debian package coturn) is not installed: apt-get install -y coturn")
     seen = _spy_sources(server)
     code, out = await _run("turnutils_stunclient", "-p", str(server.port), "127.0.0.1")
     assert code == 0, out
