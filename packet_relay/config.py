@@ -19,8 +19,11 @@ class RelayConfig:
     dev_tls: bool = setting(False, "generate a self-signed certificate into --tls-dir (development)")
     tls_dir: str = setting("var/tls", "where --dev-tls keeps its certificate")
     stun_port: int = setting(3478, "UDP port for STUN (0 = off)")
-    stun_rate_per_source: float = setting(20.0, "STUN requests answered per source address", "requests/s")
-    stun_burst: int = setting(40, "STUN burst per source address", "requests")
+    stun_capacity: float = setting(20000.0, "STUN requests answered in all before per-source limits apply "
+                                   "(0 = always limit per source)", "requests/s")
+    stun_rate_per_source: float = setting(20.0, "STUN requests answered per source address while above "
+                                          "--stun-capacity (0 = unlimited)", "requests/s")
+    stun_burst: int = setting(40, "STUN burst per source address while above --stun-capacity", "requests")
     key_file: str | None = setting(None, "server private key file, created (0600) if missing; "
                                    "without it the key changes on every start")
     event_log: str | None = setting(None, "append JSON event lines here")

@@ -137,7 +137,8 @@ class RelayServer:
             return
         cfg = self.config
         self._stun = await start_stun_server(cfg.host, cfg.stun_port, rate_per_source=cfg.stun_rate_per_source,
-                                             burst=cfg.stun_burst, registry=self.prometheus)
+                                             burst=cfg.stun_burst, capacity=cfg.stun_capacity,
+                                             registry=self.prometheus)
         self.stun_port = self._stun.port
         self.stats.stun_answered = lambda: self._stun.answered
 

@@ -3,9 +3,15 @@
 One non-blocking UDP socket; when the event loop reports it readable we drain up to
 `DRAIN_BATCH` datagrams in one wake-up (asyncio's DatagramProtocol pays a full selector round
 per datagram, which is most of the cost of a 20-byte request). Each datagram is decoded; malformed
-ones are counted and get no answer; well-formed requests pass a per-source token bucket and are
-answered to the address they came from. Nothing here blocks and nothing is queued: UDP answers
-that the kernel cannot take right away are dropped and counted.
+ones are counted and get no answer; well-formed requests are answered to the address they came from.
+Nothing here blocks and nothing is queued: UDP answers that the kernel cannot take right away are
+dropped and counted.
+
+Rate policy: a carrier-grade NAT puts thousands of people behind one address, so a per-address limit
+at all times would refuse some of them. Instead every well-formed request is answered while the server
+as a whole stays under `capacity` requests/s; only above it (pressure: a flood, or a reflection attempt
+that spoofs one victim's address) does each source address get its share (`rate_per_source`,
+`burst`), so the heaviest sources are refused first and light ones keep their answers.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ MAX_DATAGRAM = 2048          # bytes read per datagram; longer ones are truncate
 DRAIN_BATCH = 64             # datagrams handled per readable event before yielding to other tasks
 RECV_BUFFER = 1 << 20        # requested SO_RCVBUF, bytes (the kernel may cap it at rmem_max)
 DEFAULT_MAX_SOURCES = 65536  # rate-limit table entries before pruning
+DEFAULT_CAPACITY = 20000.0   # requests/s answered with no per-source limit (one core answers about 100,000)
 
 RESULTS = ("answered", "malformed", "rate_limited", "ignored", "unknown_attribute", "send_failed")
 
@@ -79,15 +86,30 @@ class SourceLimiter:
                 del self._buckets[key]
 
 
+class Pressure:
+    """Whether the server as a whole answers more than `capacity` requests/s (0: always under pressure).
+
+    A token bucket holding one second of capacity: while it has tokens the server is not under pressure.
+    """
+
+    def __init__(self, capacity: float, now: float) -> None:
+        self.capacity = capacity
+        self._bucket = TokenBucket(capacity, capacity, now) if capacity > 0 else None
+
+    def on(self, now: float) -> bool:
+        return self._bucket is None or not self._bucket.take(1, now)
+
+
 class StunServer:
     """A bound STUN socket. `.port` is the bound port, `.answered` the success answers sent."""
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, limiter: SourceLimiter,
-                 responder: Responder) -> None:
+                 responder: Responder, pressure: Pressure | None = None) -> None:
         self._sock = sock
         self._loop = loop
         self.port: int = sock.getsockname()[1]
         self.limiter = limiter
+        self.pressure = pressure or Pressure(0, monotonic())
         self.responder = responder
         self.answered = 0
         self.malformed = 0
@@ -125,9 +147,11 @@ class StunServer:
             self.malformed += 1
             return
         packed = pack_ip(addr[0])
-        # Only well-formed requests reach the limiter: garbage never gets an answer, so it need
-        # not cost a table entry.
-        if not self.limiter.allow(packed if len(packed) == 4 else packed[:8], monotonic()):
+        # Only well-formed requests reach the limiter, and only under pressure: garbage never gets an
+        # answer, so it need not cost a table entry, and a busy NAT's address is never limited in
+        # ordinary times.
+        now = monotonic()
+        if self.pressure.on(now) and not self.limiter.allow(packed if len(packed) == 4 else packed[:8], now):
             self.rate_limited += 1
             return
         answer = self.responder.answer(txid, unknown, packed, addr[1])
@@ -196,17 +220,18 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def start_stun_server(host: str, port: int, *, rate_per_source: float, burst: int, registry,
-                            max_sources: int = DEFAULT_MAX_SOURCES,
+                            capacity: float = DEFAULT_CAPACITY, max_sources: int = DEFAULT_MAX_SOURCES,
                             software: str | None = DEFAULT_SOFTWARE) -> StunServer:
     """Bind UDP `host:port` ("::" means dual-stack) and answer Binding requests until `.close()`.
 
     `registry` is a prometheus_client CollectorRegistry (or None) that receives
-    burrow_relay_stun_requests_total{result=...}; `rate_per_source` (requests/s, 0 = unlimited) and
-    `burst` configure each source's token bucket.
+    burrow_relay_stun_requests_total{result=...}. Above `capacity` requests/s in all (0: always),
+    `rate_per_source` (requests/s, 0 = unlimited) and `burst` configure each source's token bucket.
     """
     loop = asyncio.get_running_loop()
     sock = _bind(host, port)
-    server = StunServer(sock, loop, SourceLimiter(rate_per_source, burst, max_sources), Responder(software))
+    server = StunServer(sock, loop, SourceLimiter(rate_per_source, burst, max_sources), Responder(software),
+                        Pressure(capacity, monotonic()))
     if registry is not None:
         collector = _Collector(server)
         try:

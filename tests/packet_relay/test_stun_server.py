@@ -13,7 +13,7 @@ from aioice.candidate import Candidate
 from aioice.ice import StunProtocol, server_reflexive_candidate
 from prometheus_client import CollectorRegistry, generate_latest
 
-from burrow.packet_relay.stun_server import SourceLimiter, StunServer, start_stun_server
+from burrow.packet_relay.stun_server import Pressure, SourceLimiter, StunServer, start_stun_server
 from burrow.wire.stun import BindingRequest, StunError, build_binding_request, parse_binding_response
 
 CLIENT_TIMEOUT = 15.0  # seconds for an external client run or one awaited answer
@@ -182,7 +182,8 @@ async def test_garbage_gets_no_answer(server):
 
 async def test_rate_limit_per_source():
     registry = CollectorRegistry()
-    server = await start_stun_server("127.0.0.1", 0, rate_per_source=0.001, burst=3, registry=registry)
+    server = await start_stun_server("127.0.0.1", 0, rate_per_source=0.001, burst=3, capacity=0,
+                                     registry=registry)
     first, second = UdpClient(), UdpClient("127.0.0.2")  # two source IPs on loopback
     try:
         txids = [os.urandom(12) for _ in range(10)]
@@ -208,6 +209,48 @@ async def test_rate_limit_per_source():
     # close() unregisters, so the same registry can take a new server (restarts in one process).
     again = await start_stun_server("127.0.0.1", 0, rate_per_source=1, burst=1, registry=registry)
     again.close()
+
+
+async def test_a_busy_nat_address_is_answered_in_full_below_capacity():
+    """2,000 requests from one address (a carrier-grade NAT's many users) all get answers by default."""
+    server = await start_stun_server("127.0.0.1", 0, rate_per_source=20, burst=40, registry=None)
+    clients = [UdpClient() for _ in range(20)]
+    try:
+        for round_ in range(100):
+            for c in clients:
+                await c.send(build_binding_request(os.urandom(12)), server.port)
+            if round_ % 10 == 9:
+                await _until(lambda r=round_: server.answered + server.rate_limited == 20 * (r + 1), "handled")
+        assert (server.answered, server.rate_limited) == (2000, 0)
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
+
+
+async def test_under_pressure_the_heaviest_source_is_limited_and_a_light_one_is_not():
+    server = await start_stun_server("127.0.0.1", 0, rate_per_source=0.001, burst=5, capacity=20,
+                                     registry=None)
+    heavy, light = UdpClient(), UdpClient("127.0.0.2")
+    try:
+        for _ in range(200):  # far more than 20/s in all: pressure
+            await heavy.send(build_binding_request(os.urandom(12)), server.port)
+        await _until(lambda: server.answered + server.rate_limited == 200, "200 requests handled")
+        assert server.rate_limited > 150  # the capacity's second, then the heavy source's own burst
+        txid = os.urandom(12)
+        await light.send(build_binding_request(txid), server.port)
+        assert parse_binding_response(await light.recv(), txid) == light.address
+    finally:
+        heavy.close()
+        light.close()
+        server.close()
+
+
+def test_pressure_is_one_second_of_capacity():
+    p = Pressure(10, now=0.0)
+    assert [p.on(0.0) for _ in range(11)] == [False] * 10 + [True]
+    assert not p.on(0.5)  # half a second refilled five
+    assert Pressure(0, now=0.0).on(0.0)  # capacity 0: always limit per source
 
 
 async def test_metrics_count_malformed_and_unknown_attributes():
