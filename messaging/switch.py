@@ -42,17 +42,19 @@ class Channel:
 class Link:
     """One client's link as the switch sees it. `key` is the client's public key (33 bytes)."""
 
-    __slots__ = ("key", "slots", "open_channels", "outbox", "inbuf", "cursor", "alive",
-                 "frames_in", "frames_out", "sends_in", "sends_out", "bytes_in", "bytes_out", "__weakref__")
+    __slots__ = ("key", "owner", "slots", "open_channels", "outbox", "inbuf", "cursor", "alive", "channels_opened",
+                 "frames_in", "frames_out", "sends_in", "sends_out", "bytes_in", "bytes_out")
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, owner=None) -> None:
         self.key = key
+        self.owner = owner  # the adapter's connection object
         self.slots: list[Channel | None] = [None] * SLOTS
         self.open_channels = 0
         self.outbox = bytearray()
         self.inbuf = bytearray()
         self.cursor = SLOTS - 1  # the next ID the server tries for a channel towards this client
         self.alive = True
+        self.channels_opened = 0  # channels this client opened that were accepted
         self.frames_in = self.frames_out = self.sends_in = self.sends_out = self.bytes_in = self.bytes_out = 0
 
     def free_id(self) -> int | None:
@@ -76,12 +78,12 @@ class Switch:
         self.channels_opened = 0
 
     # ---- links
-    def add_link(self, key: bytes) -> tuple[Link, Link | None]:
+    def add_link(self, key: bytes, owner=None) -> tuple[Link, Link | None]:
         """Register a link after its handshake; returns (link, the older link of the same key or None).
 
         The caller closes the older one (newest wins, like a client reconnecting after a network change).
         """
-        link = Link(key)
+        link = Link(key, owner)
         old = self.links.get(key)
         self.links[key] = link
         return link, old
@@ -198,6 +200,7 @@ class Switch:
                 raise ProtocolError("ChannelOpened for a channel this client did not receive", "unexpected_opened")
             ch.state = OPEN
             self.channels_opened += 1
+            ch.a.channels_opened += 1
             self._emit(ch.a, f.header(_OPENED, f.OPENED_LEN) + bytes((ch.a_id,)) + payload[1:])
         elif ftype == _CLOSE:
             peer, pid = ch.other(link, cid)
