@@ -56,7 +56,8 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class ChannelEnded:
-    """The channel is fully closed. `reason`: closed (we closed), remote_closed, or decrypt."""
+    """The channel is fully closed. `reason`: closed (we closed, the remote confirmed), close_timeout (we
+    closed, no confirmation came), remote_closed, decrypt (a ciphertext failed), link_lost."""
     channel_id: int
     remote: bytes
     reason: str
@@ -118,7 +119,7 @@ class ClientLink:
             return None
         del self.channels[cid]
         self._out += f.ChannelClosed(cid).encode()
-        return ChannelEnded(cid, ch.remote, "closed")
+        return ChannelEnded(cid, ch.remote, "close_timeout")
 
     def data_to_send(self) -> bytes:
         out, self._out = bytes(self._out), bytearray()

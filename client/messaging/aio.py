@@ -206,11 +206,5 @@ class MessagingClient:
                 return link
         raise PeerNotFound("none of the remote's servers can be reached")
 
-    async def wait_delegated(self, count: int = 1, timeout: float = 30.0) -> None:
-        """Wait until at least `count` links are up (after a re-delegation)."""
-        async with asyncio.timeout(timeout):
-            while len(self.links) < count:
-                await asyncio.sleep(0.05)
-
 
 __all__ = ["MessagingClient", "Channel", "ChannelRefusedError", "PeerNotFound", "parse_server"]

@@ -208,7 +208,7 @@ def test_close_timeout_sends_channel_closed_itself():
     a.close_channel(ca)
     close_frame = a.data_to_send()  # lost: never reaches the switch
     assert close_frame == f.CloseChannel(ca).encode()
-    assert a.close_timed_out(ca) == ChannelEnded(ca, net.key("b"), "closed")
+    assert a.close_timed_out(ca) == ChannelEnded(ca, net.key("b"), "close_timeout")
     net.pump()
     assert net.take("b") == [ChannelEnded(cb, net.key("a"), "remote_closed")]
 
