@@ -8,7 +8,6 @@ import json
 import pytest
 
 from burrow.client.messaging.link import ChannelClosedError
-from burrow.messaging import frames as f
 from burrow.messaging import keys
 from burrow.messaging.client_link import ChannelEnded, ChannelReady, ChannelRefused, IncomingChannel, Message
 from burrow.messaging.errors import HandshakeError
@@ -139,12 +138,12 @@ async def test_newest_link_of_a_key_wins(cluster):
 
 async def test_link_limit_answers_accepted_false(cluster):
     svc = cluster.services[0]
-    for _ in range(8):
-        await RawLink.connect(svc)
+    held = [await RawLink.connect(svc) for _ in range(8)]  # referenced: a collected link would close
     with pytest.raises(HandshakeError) as exc:
         await RawLink.connect(svc)
     assert exc.value.reason == "refused"
     assert svc.stats["handshake_full"] == 1
+    assert len(held) == len(svc.switch.links) == 8
 
 
 async def test_library_channels_across_two_servers():
