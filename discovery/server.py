@@ -19,12 +19,17 @@ from .store import MemoryStore
 log = logging.getLogger("discovery")
 
 
+async def _nothing() -> None:
+    return None
+
+
 class DiscoveryServer:
-    def __init__(self, config: DiscoveryConfig, clock=time.time) -> None:
+    def __init__(self, config: DiscoveryConfig, clock=time.time, store=None) -> None:
+        """`store` replaces the one --redis-url would choose (tests hand in a RedisStore on their own client)."""
         self.config = config
         self.clock = clock
         self.stats = DiscoveryStats()
-        self.store = None
+        self.store = store
         self.events = EventLog(config.event_log, "discovery", config.node_name)
         self.port = self.admin_port = 0
         self.ready = False
@@ -34,6 +39,9 @@ class DiscoveryServer:
         self._last_stats = time.monotonic()
 
     async def _open_store(self):
+        if self.store is not None:
+            await getattr(self.store, "start", _nothing)()
+            return self.store
         if self.config.redis_url:
             from .store_redis import RedisStore
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import aiohttp
 import pytest
+import redis.asyncio
 
 from burrow.client.messaging.discovery import DiscoveryClient, DiscoveryError, Publisher
 from burrow.discovery.config import DiscoveryConfig
 from burrow.discovery.server import DiscoveryServer
+from burrow.discovery.store_redis import RedisStore
 from burrow.messaging import keys
 from burrow.messaging.entry import ClientInfo, Entry, ServerInfo
 from tests.messaging import vectors as v
+
+from .redis_server import RedisServer
 
 T0 = 1_700_000_000.0
 
@@ -26,10 +31,28 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-async def disc():
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+def redis_store(redis_server, ttl: float) -> RedisStore:
+    return RedisStore(redis_server.url, ttl, client=redis.asyncio.Redis.from_url(redis_server.url))
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def disc(request):
     clock = Clock()
-    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=60.0), clock=clock)
+    store = None
+    if request.param == "redis":
+        rs = request.getfixturevalue("redis_server")
+        await redis.asyncio.Redis.from_url(rs.url).flushall()
+        store = redis_store(rs, 60.0)
+    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=60.0), clock=clock,
+                             store=store)
+    server.test_kind = request.param
     await server.start()
     client = DiscoveryClient(f"http://127.0.0.1:{server.port}")
     server.test_clock = clock
@@ -151,6 +174,8 @@ async def test_get_unknown_and_bad_keys(disc):
 
 
 async def test_entries_expire_and_start_again_from_zero(disc):
+    if disc.test_kind == "redis":
+        pytest.skip("Redis expires by its own clock: test_redis_entries_expire")
     me, srv = keys.SecretKey.generate(), keys.SecretKey.generate()
     await disc.test_client.post(client_entry(me, 0, T0))
     await disc.test_client.post(server_entry(srv, 0, T0, 10))
@@ -198,3 +223,68 @@ async def test_metrics_name_reasons_not_keys(disc):
     assert 'burrow_discovery_refused_total{reason="bad_json"} 1.0' in text
     assert 'burrow_discovery_writes_total{kind="new"} 1.0' in text
     assert me.public.hex() not in text
+
+
+async def _replica(redis_server, ttl: float = 60.0) -> DiscoveryServer:
+    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=ttl),
+                             store=redis_store(redis_server, ttl))
+    await server.start()
+    return server
+
+
+async def test_two_replicas_serve_one_view(redis_server):
+    r1, r2 = await _replica(redis_server), await _replica(redis_server)
+    c1, c2 = DiscoveryClient(f"http://127.0.0.1:{r1.port}"), DiscoveryClient(f"http://127.0.0.1:{r2.port}")
+    try:
+        me, srv = keys.SecretKey.generate(), keys.SecretKey.generate()
+        now = time.time()
+        await c1.post(client_entry(me, 0, now))
+        assert (await c2.entry(me.public)) == client_entry(me, 0, now)
+        await c2.post(client_entry(me, 1, now + 0.001))
+        with pytest.raises(DiscoveryError) as exc:  # replica 1 sees replica 2's write
+            await c1.post(client_entry(me, 1, now + 0.002))
+        assert exc.value.status == 409
+        await c2.post(server_entry(srv, 0, now, 7))
+        assert [e.static for e in await c1.available_servers()] == [srv.public]
+        # the same next sequence posted to both replicas at once: exactly one is accepted
+        results = await asyncio.gather(c1.post(client_entry(me, 2, now + 0.01)),
+                                       c2.post(client_entry(me, 2, now + 0.02)), return_exceptions=True)
+        assert sorted(type(r).__name__ for r in results) == ["DiscoveryError", "NoneType"]
+    finally:
+        for c in (c1, c2):
+            await c.close()
+        for r in (r1, r2):
+            await r.stop()
+
+
+async def test_redis_entries_expire(redis_server):
+    r = await _replica(redis_server, ttl=1.0)
+    c = DiscoveryClient(f"http://127.0.0.1:{r.port}")
+    try:
+        me, srv = keys.SecretKey.generate(), keys.SecretKey.generate()
+        await c.post(client_entry(me, 0, time.time()))
+        await c.post(server_entry(srv, 0, time.time(), 3))
+        assert await c.entry(me.public) is not None
+        async with asyncio.timeout(10):
+            while await c.entry(me.public) is not None or srv.public in {
+                    e.static for e in await c.available_servers()}:
+                await asyncio.sleep(0.1)
+        await c.post(client_entry(me, 0, time.time()))  # after expiry a key starts again from 0
+    finally:
+        await c.close()
+        await r.stop()
+
+
+async def test_redis_outage_is_503_and_not_ready(tmp_path):
+    rs = RedisServer(tmp_path)
+    r = await _replica(rs)
+    c = DiscoveryClient(f"http://127.0.0.1:{r.port}")
+    try:
+        rs.stop()
+        with pytest.raises(DiscoveryError) as exc:
+            await c.entry(keys.SecretKey.generate().public)
+        assert exc.value.status == 503
+        assert r.stats.store_errors >= 1
+    finally:
+        await c.close()
+        await r.stop()
