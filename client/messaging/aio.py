@@ -6,7 +6,7 @@
     await ch.send(b"hello"); reply = await ch.recv(); await ch.close()
     await client.close()
 
-The client keeps `server_count` links (to the servers named in `servers`, else to the discovery's
+The client keeps `server_count` links (to the servers named in `servers` first, then to the discovery's
 available servers). Dialling uses a link to one of the remote's delegated servers, opening one when none
 is shared (seed: "the client will connect to one of these servers"). Every link it holds is listed in its
 entry (as Skywire's client does). When a link is lost its channels end, and the client links to another
@@ -98,19 +98,17 @@ class MessagingClient:
 
     # ---- servers
     async def _candidates(self) -> list[tuple[bytes, str]]:
-        if self.wanted:
-            found = []
-            listed = None
-            for key, address in self.wanted:
-                if key is None:  # only an address: its key comes from the discovery's server list
-                    listed = listed if listed is not None else await self.discovery.available_servers()
-                    key = next((e.static for e in listed if e.server.address == address), None)
-                    if key is None:
-                        log.warning("no server entry in discovery has address %s", address)
-                        continue
-                found.append((key, address))
-            return found
-        return [(e.static, e.server.address) for e in await self.discovery.available_servers()]
+        """The servers named in `servers` first, then the discovery's available servers (most room first)."""
+        listed = await self.discovery.available_servers()
+        found = []
+        for key, address in self.wanted:
+            if key is None:  # only an address: its key comes from the discovery's server list
+                key = next((e.static for e in listed if e.server.address == address), None)
+                if key is None:
+                    log.warning("no server entry in discovery has address %s", address)
+                    continue
+            found.append((key, address))
+        return found + [(e.static, e.server.address) for e in listed]
 
     async def _fill(self) -> None:
         """Link to servers until `server_count` links are up (or the candidates run out)."""

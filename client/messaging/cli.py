@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--server", action="append",
                         help="link to this messaging server (host:port or PUBKEY@host:port); repeatable")
     common.add_argument("--timeout", type=float, default=10.0, help="seconds for each network step")
+    common.add_argument("--refresh", type=float, default=20.0,
+                        help="seconds between refreshes of our discovery entry (below the discovery's entry TTL)")
     p = argparse.ArgumentParser(prog="burrow messaging", description="Messaging over seed 003's servers.")
     sub = p.add_subparsers(dest="command", required=True)
     listen = sub.add_parser("listen", parents=[common], help="print messages sent to our key")
@@ -116,7 +118,8 @@ async def run(args) -> int:
         _say(f"burrow messaging: {exc}")
         return EXIT_USAGE
     try:
-        client = MessagingClient(secret, args.discovery, servers=args.server, timeout=args.timeout)
+        client = MessagingClient(secret, args.discovery, servers=args.server, timeout=args.timeout,
+                                 refresh=args.refresh)
     except ValueError as exc:
         _say(f"burrow messaging: {exc}")
         return EXIT_USAGE
