@@ -27,17 +27,15 @@ import re
 import shutil
 import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: harness/
 
-from benchutil import free_port  # noqa: E402
 from packet_relay_load import pump  # noqa: E402
 
 from burrow.client.messaging.link import ServerLink  # noqa: E402
@@ -45,48 +43,41 @@ from burrow.messaging import frames as mf  # noqa: E402
 from burrow.messaging import keys  # noqa: E402
 from burrow.messaging.client_link import ChannelReady, ClientLink, IncomingChannel  # noqa: E402
 from burrow.messaging.handshake import InitiatorHandshake  # noqa: E402
-from burrow.packet_relay.protocol import frames as df  # noqa: E402
-from burrow.packet_relay.protocol.connection import ClientConnection, Connected  # noqa: E402
-from burrow.packet_relay.protocol.handshake import generate_private_key  # noqa: E402
+from burrow.wire.derp import frames as df  # noqa: E402
+from burrow.wire.derp.connection import ClientConnection, Connected  # noqa: E402
+from burrow.wire.derp.handshake import generate_private_key  # noqa: E402
+from harness import messaging as hm  # noqa: E402
+from harness.ports import free_port  # noqa: E402
 
 BATCH = 64
 UPGRADE = b"GET /derp HTTP/1.1\r\nHost: bench\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n"
 
 
 class Relay:
-    def __init__(self, proc: subprocess.Popen, http: int, https: int, messaging: int, key: bytes) -> None:
+    def __init__(self, proc, http: int, https: int, messaging: int, key: bytes) -> None:
         self.proc, self.http, self.https, self.messaging, self.key = proc, http, https, messaging, key
 
     def cpu(self) -> float:
         return sum(psutil.Process(self.proc.pid).cpu_times()[:2])
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        self.proc.stop()
 
 
 def start_relay(tmp: str, name: str, core: int = 0) -> Relay:
-    http, msg = free_port(), free_port()
-    cmd = [sys.executable, "-m", "burrow.packet_relay", "--host", "127.0.0.1", "--dev-tls", "--tls-dir",
-           f"{tmp}/tls-{name}", "--https-port", "0", "--http-port", str(http), "--admin-port", "0",
-           "--stun-port", "0", "--messaging-port", str(msg), "--messaging-key-file", f"{tmp}/{name}.key"]
-    if shutil.which("taskset"):
-        cmd = ["taskset", "-c", str(core), *cmd]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, cwd=ROOT)
-    key = https = None
+    """burrow-relay with DERP on HTTP and HTTPS and messaging on, pinned to `core` when taskset exists."""
+    http = free_port()
+    prefix = ("taskset", "-c", str(core)) if shutil.which("taskset") else ()
+    proc, addr = hm.relay(Path(tmp), name, None, 20.0, "--dev-tls", "--tls-dir", f"{tmp}/tls-{name}",
+                          "--https-port", "0", "--http-port", str(http), prefix=prefix)
     deadline = time.time() + 30
-    while time.time() < deadline and (key is None or https is None):
-        line = proc.stderr.readline().decode()
-        if m := re.search(r"messaging up: port \d+ key ([0-9a-f]{66})", line):
-            key = bytes.fromhex(m.group(1))
-        if m := re.search(r"relay up: https (\d+)", line):
-            https = int(m.group(1))
-        if not line and proc.poll() is not None:
-            break
-    if key is None or https is None:
-        proc.kill()
-        raise SystemExit(f"relay {name} did not start")
-    return Relay(proc, http, https, msg, key)
+    while not (m := re.search(r"relay up: https (\d+)", proc.output())):
+        if time.time() > deadline:
+            proc.stop()
+            raise SystemExit(f"relay {name} did not start: {proc.output()}")
+        time.sleep(0.05)
+    key_hex, _, host_port = addr.partition("@")
+    return Relay(proc, http, int(m.group(1)), int(host_port.rpartition(":")[2]), bytes.fromhex(key_hex))
 
 
 # ---- messaging: blocking links with one open channel per pair
@@ -172,8 +163,8 @@ def forwarding(kind: str, relays: list[Relay], pairs: int, size: int, total: int
         senders, receivers, blobs, flen = derp_pairs(relays[0], pairs, size, tls=kind == "derp+tls")
     cpu0 = [r.cpu() for r in relays]
     # messaging never drops (back-pressure instead), so a receiver may wait longer than DERP's 1 s
-    idle = 1.0 if kind.startswith("derp") else 10.0
-    got, elapsed, _ = pump(senders, receivers, blobs, rounds, rounds * BATCH * flen, relays[-1].proc.pid, idle)
+    patience = 1.0 if kind.startswith("derp") else 10.0
+    got, elapsed, _ = pump(senders, receivers, blobs, rounds, rounds * BATCH * flen, relays[-1].proc.pid, patience)
     cpu = [r.cpu() - c for r, c in zip(relays, cpu0, strict=True)]
     for sock in idle:
         sock.close()

@@ -14,6 +14,7 @@ import time
 
 from aiohttp import web
 
+from burrow.common.redis import UNAVAILABLE
 from burrow.messaging import keys
 from burrow.messaging.errors import KeyFormatError
 
@@ -88,7 +89,7 @@ class DiscoveryAPI:
         """The store's answer, or a 503 reply when the store (Redis) fails."""
         try:
             return await awaitable
-        except Exception as exc:  # noqa: BLE001 - any store failure is a 503 to this one request
+        except UNAVAILABLE as exc:
             self.stats.store_errors += 1
             log.warning("store failed: %s", exc)
             return self._reply(rules.refused(503, "store unavailable, try again", "store"))

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
+from burrow.common.redis import UNAVAILABLE
 
 from .api import DiscoveryAPI
 from .config import DiscoveryConfig
@@ -19,17 +20,13 @@ from .store import MemoryStore
 log = logging.getLogger("discovery")
 
 
-async def _nothing() -> None:
-    return None
-
-
 class DiscoveryServer:
-    def __init__(self, config: DiscoveryConfig, clock=time.time, store=None) -> None:
-        """`store` replaces the one --redis-url would choose (tests hand in a RedisStore on their own client)."""
+    def __init__(self, config: DiscoveryConfig, clock=time.time) -> None:
         self.config = config
         self.clock = clock
         self.stats = DiscoveryStats()
-        self.store = store
+        self.registry = make_registry(self.stats)
+        self.store = None
         self.events = EventLog(config.event_log, "discovery", config.node_name)
         self.port = self.admin_port = 0
         self.ready = False
@@ -39,13 +36,10 @@ class DiscoveryServer:
         self._last_stats = time.monotonic()
 
     async def _open_store(self):
-        if self.store is not None:
-            await getattr(self.store, "start", _nothing)()
-            return self.store
         if self.config.redis_url:
             from .store_redis import RedisStore
 
-            store = RedisStore(self.config.redis_url, self.config.entry_ttl)
+            store = RedisStore(self.config.redis_url, self.config.entry_ttl, self.registry)
             await store.start()
             return store
         return MemoryStore(self.config.entry_ttl)
@@ -60,8 +54,7 @@ class DiscoveryServer:
         site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # aiohttp keeps the asyncio Server here
-        registry = make_registry(self.stats, getattr(self.store, "metrics", None))
-        self._admin = AdminServer(registry, ready=self._is_ready, service="discovery")
+        self._admin = AdminServer(self.registry, ready=self._is_ready, service="discovery")
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = asyncio.get_running_loop().create_task(self._stats_loop())
         self.ready = True
@@ -87,7 +80,7 @@ class DiscoveryServer:
     async def _count(self) -> None:
         try:
             self.stats.entries, self.stats.servers = await self.store.counts(self.clock())
-        except Exception as exc:  # noqa: BLE001 - a store outage must not stop the stats loop
+        except UNAVAILABLE as exc:  # a store outage must not stop the stats loop
             log.warning("counting entries failed: %s", exc)
 
     async def _emit_stats(self) -> None:

@@ -28,9 +28,8 @@ class DiscoveryStats:
 
 
 class _Collector:
-    def __init__(self, stats: DiscoveryStats, store_metrics=None) -> None:
+    def __init__(self, stats: DiscoveryStats) -> None:
         self.stats = stats
-        self.store_metrics = store_metrics
 
     def collect(self):
         s = self.stats
@@ -44,8 +43,6 @@ class _Collector:
         c = CounterMetricFamily("burrow_discovery_store_errors", "Requests that failed because the store did")
         c.add_metric([], s.store_errors)
         yield c
-        if self.store_metrics is not None:
-            yield from self.store_metrics()
 
 
 def _counter(name: str, doc: str, labels: list[str], values: Counter[str]) -> CounterMetricFamily:
@@ -55,7 +52,8 @@ def _counter(name: str, doc: str, labels: list[str], values: Counter[str]) -> Co
     return c
 
 
-def make_registry(stats: DiscoveryStats, store_metrics=None) -> CollectorRegistry:
+def make_registry(stats: DiscoveryStats) -> CollectorRegistry:
+    """The admin port's registry; the Redis store adds common/redis.py's series to it."""
     registry = CollectorRegistry()
-    registry.register(_Collector(stats, store_metrics))
+    registry.register(_Collector(stats))
     return registry

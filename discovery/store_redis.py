@@ -1,9 +1,9 @@
 """Discovery state in Redis, shared by every replica (same interface as store.MemoryStore).
 
-Keys (one entry per key, so a cluster spreads them; `{...}` hash tags keep each key's own slot):
+Keys (common/redis.py's naming; one entry per key, so a cluster spreads them):
 
-  burrow:discovery:entry:{<pk hex>}   hash: entry (JSON as signed), next (sequence + 1), ts (sortable
-                                      timestamp), expires after the entry TTL (PEXPIRE)
+  burrow:discovery:{<pk hex>}:entry   hash: entry (JSON as signed), next (sequence + 1), ts (sortable
+                                      timestamp); expires after the entry TTL (PEXPIRE)
   burrow:discovery:{servers}          sorted set: server keys scored by expiry time (ms)
   burrow:discovery:{entries}          sorted set: every key scored by expiry time (ms), for counting
 
@@ -20,14 +20,15 @@ from __future__ import annotations
 import json
 import logging
 
+from burrow.common.redis import RedisLink, RedisMetrics, key
 from burrow.messaging.entry import Entry, EntryError
 
 from . import rules
 
 log = logging.getLogger(__name__)
-PREFIX = "burrow:discovery:"
-SERVERS = PREFIX + "{servers}"
-ENTRIES = PREFIX + "{entries}"
+SERVICE = "discovery"
+SERVERS = key(SERVICE, "servers")
+ENTRIES = key(SERVICE, "entries")
 SCAN_LIMIT = 1000  # server keys read per available_servers answer
 
 # KEYS[1] entry key. ARGV: sequence, next, ts (sortable), entry JSON, ttl ms.
@@ -46,8 +47,8 @@ return 'new'
 """
 
 
-def entry_key(static: bytes) -> str:
-    return f"{PREFIX}entry:{{{static.hex()}}}"
+def entry_key(static_hex: str) -> str:
+    return key(SERVICE, static_hex, "entry")
 
 
 def sortable_ts(timestamp: int) -> str:
@@ -55,74 +56,67 @@ def sortable_ts(timestamp: int) -> str:
 
 
 class RedisStore:
-    def __init__(self, url: str, ttl: float, client=None) -> None:
-        self.url = url
+    """`registry`: the service's Prometheus registry, for common/redis.py's round-trip and health series."""
+
+    def __init__(self, url: str, ttl: float, registry=None) -> None:
         self.ttl = ttl
-        self.redis = client
+        self.link = RedisLink(url, RedisMetrics(registry, SERVICE) if registry is not None else None)
         self._put = None
-        self._healthy = False
 
     async def start(self) -> None:
-        if self.redis is None:
-            from burrow.common.redis import connect
-
-            self.redis = await connect(self.url)
-        self._put = self.redis.register_script(_PUT)
-        await self.redis.ping()
-        self._healthy = True
+        await self.link.start()
+        self._put = self.link.client.register_script(_PUT)
 
     def healthy(self) -> bool:
-        checker = getattr(self.redis, "healthy", None)
-        return checker() if callable(checker) else self._healthy
+        return self.link.healthy
 
-    async def get(self, key: bytes, now: float) -> Entry | None:
-        raw = await self.redis.hget(entry_key(key), "entry")
-        return _parse(raw)
+    async def get(self, static: bytes, now: float) -> Entry | None:
+        return _parse(await self.link.timed(self.link.client.hget(entry_key(static.hex()), "entry")))
 
     async def put(self, entry: Entry, now: float) -> rules.Verdict:
         ttl_ms = int(self.ttl * 1000)
-        key = entry_key(entry.static)
-        answer = await self._put(keys=[key], args=[str(entry.sequence), str(entry.sequence + 1),
-                                                   sortable_ts(entry.timestamp), entry.to_json(), ttl_ms])
+        member = entry.static.hex()
+        answer = await self.link.timed(self._put(
+            keys=[entry_key(member)],
+            args=[str(entry.sequence), str(entry.sequence + 1), sortable_ts(entry.timestamp), entry.to_json(),
+                  ttl_ms]))
         answer = answer.decode() if isinstance(answer, bytes) else str(answer)
         if answer not in ("new", "iteration"):
             return _refusal(answer, entry)
         expires = int(now * 1000) + ttl_ms
-        member = entry.static.hex()
-        await self.redis.zadd(ENTRIES, {member: expires})
+        client = self.link.client
+        await self.link.timed(client.zadd(ENTRIES, {member: expires}))
         if entry.server is not None:
-            await self.redis.zadd(SERVERS, {member: expires})
+            await self.link.timed(client.zadd(SERVERS, {member: expires}))
         else:
-            await self.redis.zrem(SERVERS, member)
+            await self.link.timed(client.zrem(SERVERS, member))
         return rules.WROTE_NEW if answer == "new" else rules.WROTE_ITERATION
 
     async def servers(self, now: float, limit: int) -> list[Entry]:
         now_ms = int(now * 1000)
-        await self.redis.zremrangebyscore(SERVERS, "-inf", now_ms)
-        members = await self.redis.zrangebyscore(SERVERS, now_ms, "+inf", start=0, num=SCAN_LIMIT)
-        async with self.redis.pipeline(transaction=False) as pipe:
+        client = self.link.client
+        await self.link.timed(client.zremrangebyscore(SERVERS, "-inf", now_ms))
+        members = await self.link.timed(client.zrangebyscore(SERVERS, now_ms, "+inf", start=0, num=SCAN_LIMIT))
+        raws = []
+        if members:
+            pipe = client.pipeline(transaction=False)
             for member in members:
-                member = member.decode() if isinstance(member, bytes) else member
-                pipe.hget(f"{PREFIX}entry:{{{member}}}", "entry")
-            raws = await pipe.execute() if members else []
-        found = []
-        for raw in raws:
-            entry = _parse(raw)
-            if entry is not None and entry.server is not None and entry.server.available_connections > 0:
-                found.append(entry)
+                pipe.hget(entry_key(member.decode() if isinstance(member, bytes) else member), "entry")
+            raws = await self.link.timed(pipe.execute())
+        found = [e for e in map(_parse, raws)
+                 if e is not None and e.server is not None and e.server.available_connections > 0]
         found.sort(key=lambda e: -e.server.available_connections)
         return found[:limit]
 
     async def counts(self, now: float) -> tuple[int, int]:
         now_ms = int(now * 1000)
-        await self.redis.zremrangebyscore(ENTRIES, "-inf", now_ms)
-        await self.redis.zremrangebyscore(SERVERS, "-inf", now_ms)
-        return await self.redis.zcard(ENTRIES), await self.redis.zcard(SERVERS)
+        client = self.link.client
+        await self.link.timed(client.zremrangebyscore(ENTRIES, "-inf", now_ms))
+        await self.link.timed(client.zremrangebyscore(SERVERS, "-inf", now_ms))
+        return (await self.link.timed(client.zcard(ENTRIES)), await self.link.timed(client.zcard(SERVERS)))
 
     async def close(self) -> None:
-        if self.redis is not None:
-            closer = getattr(self.redis, "aclose", None) or self.redis.close
-            await closer()
+        await self.link.close()
 
 
 def _parse(raw) -> Entry | None:

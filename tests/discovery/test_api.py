@@ -8,17 +8,14 @@ import time
 
 import aiohttp
 import pytest
-import redis.asyncio
 
 from burrow.client.messaging.discovery import DiscoveryClient, DiscoveryError, Publisher
 from burrow.discovery.config import DiscoveryConfig
 from burrow.discovery.server import DiscoveryServer
-from burrow.discovery.store_redis import RedisStore
 from burrow.messaging import keys
 from burrow.messaging.entry import ClientInfo, Entry, ServerInfo
+from harness.redis import RedisServer
 from tests.messaging import vectors as v
-
-from .redis_server import RedisServer
 
 T0 = 1_700_000_000.0
 
@@ -33,25 +30,21 @@ class Clock:
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server = RedisServer(tmp_path_factory.mktemp("redis"), appendfsync="no")
     yield server
     server.stop()
-
-
-def redis_store(redis_server, ttl: float) -> RedisStore:
-    return RedisStore(redis_server.url, ttl, client=redis.asyncio.Redis.from_url(redis_server.url))
 
 
 @pytest.fixture(params=["memory", "redis"])
 async def disc(request):
     clock = Clock()
-    store = None
+    redis_url = None
     if request.param == "redis":
         rs = request.getfixturevalue("redis_server")
-        await redis.asyncio.Redis.from_url(rs.url).flushall()
-        store = redis_store(rs, 60.0)
-    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=60.0), clock=clock,
-                             store=store)
+        rs.cli("FLUSHALL")
+        redis_url = rs.url
+    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=60.0,
+                                             redis_url=redis_url), clock=clock)
     server.test_kind = request.param
     await server.start()
     client = DiscoveryClient(f"http://127.0.0.1:{server.port}")
@@ -226,8 +219,8 @@ async def test_metrics_name_reasons_not_keys(disc):
 
 
 async def _replica(redis_server, ttl: float = 60.0) -> DiscoveryServer:
-    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=ttl),
-                             store=redis_store(redis_server, ttl))
+    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=ttl,
+                                             redis_url=redis_server.url))
     await server.start()
     return server
 
@@ -276,15 +269,20 @@ async def test_redis_entries_expire(redis_server):
 
 
 async def test_redis_outage_is_503_and_not_ready(tmp_path):
-    rs = RedisServer(tmp_path)
+    rs = RedisServer(tmp_path, appendfsync="no")
     r = await _replica(rs)
     c = DiscoveryClient(f"http://127.0.0.1:{r.port}")
     try:
-        rs.stop()
+        rs.kill()
         with pytest.raises(DiscoveryError) as exc:
             await c.entry(keys.SecretKey.generate().public)
         assert exc.value.status == 503
         assert r.stats.store_errors >= 1
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{r.admin_port}/readyz") as reply:
+                assert reply.status == 503
+            async with s.get(f"http://127.0.0.1:{r.admin_port}/metrics") as reply:
+                assert "burrow_discovery_redis_up" in await reply.text()
     finally:
         await c.close()
         await r.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import signal
 import threading
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from burrow.client.messaging.aio import MessagingClient
 from burrow.client.messaging.discovery import DiscoveryClient
 from burrow.messaging import keys
-
-from .processes import Processes
+from harness import messaging as hm
+from harness.redis import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -28,44 +27,70 @@ class Lines:
 
     def _pump(self, stream) -> None:
         for line in stream:
-            self.q.put(line.decode().rstrip("\n"))
+            self.q.put((line if isinstance(line, str) else line.decode()).rstrip("\n"))
         self.q.put(None)
 
     def next(self, timeout: float = 20.0) -> str | None:
         return self.q.get(timeout=timeout)
 
 
+class Stack:
+    """Everything a test started, stopped in reverse order at the end."""
+
+    def __init__(self, tmp) -> None:
+        self.tmp = tmp
+        self.parts: list = []
+
+    def add(self, part):
+        self.parts.append(part)
+        return part
+
+    def stop(self) -> None:
+        for part in reversed(self.parts):
+            part.stop()
+
+
 @pytest.fixture(params=["memory", "redis-2-replicas"])
 def stack(request, tmp_path):
-    p = Processes(tmp_path)
+    p = Stack(tmp_path)
     try:
         if request.param == "memory":
-            url = p.discovery("discovery", ttl=3.0)
+            proc, url = hm.discovery(tmp_path, "discovery", None, 3.0)
+            p.add(proc)
         else:
-            redis_url = p.redis()
-            url = p.haproxy([p.discovery("d1", redis_url, ttl=3.0), p.discovery("d2", redis_url, ttl=3.0)])
-        relays = [p.relay(f"relay{i}", url, refresh=0.5) for i in (1, 2)]
+            redis = p.add(RedisServer(tmp_path / "redis", appendfsync="no"))
+            urls = []
+            for i in (1, 2):
+                proc, replica_url = hm.discovery(tmp_path, f"d{i}", redis.url, 3.0)
+                p.add(proc)
+                urls.append(replica_url)
+            balancer, url = hm.balanced(tmp_path, urls)
+            p.add(balancer)
+        relays = []
+        for i in (1, 2):
+            proc, addr = hm.relay(tmp_path, f"relay{i}", url, 0.5)
+            relays.append((p.add(proc), addr))
         yield p, url, relays
     finally:
         p.stop()
 
 
-def listen(p: Processes, name: str, url: str, *server: str) -> tuple[object, Lines, str]:
+def listen(p: Stack, name: str, url: str, *server: str) -> tuple[object, Lines, str]:
     args = ["listen", "--discovery", url, "--key-file", str(p.tmp / f"{name}.key"), "--refresh", "0.5"]
     for s in server:
         args += ["--server", s]
-    proc = p.client(name, *args)
-    lines = Lines(proc)
+    proc = p.add(hm.client(p.tmp, name, *args))
+    lines = Lines(proc.proc)
     first = lines.next()
-    assert first and first.startswith("pk: "), (first, proc.log_path.read_text())
+    assert first and first.startswith("pk: "), (first, proc.stderr_path.read_text())
     return proc, lines, first[4:]
 
 
-def send(p: Processes, name: str, url: str, server: str, to: str, text: str) -> int:
-    proc = p.client(name, "send", "--discovery", url, "--key-file", str(p.tmp / f"{name}.key"),
-                    "--refresh", "0.5", "--server", server, to, text)
-    rc = proc.wait(30)
-    assert rc == 0, proc.log_path.read_text()
+def send(p: Stack, name: str, url: str, server: str, to: str, text: str) -> int:
+    proc = p.add(hm.client(p.tmp, name, "send", "--discovery", url, "--key-file", str(p.tmp / f"{name}.key"),
+                           "--refresh", "0.5", "--server", server, to, text))
+    rc = proc.proc.wait(30)
+    assert rc == 0, proc.stderr_path.read_text()
     return rc
 
 
@@ -109,8 +134,7 @@ def test_dead_relay_expires_and_its_client_re_delegates(stack):
     p, url, ((relay1, addr1), (_, addr2)) = stack
     key1 = bytes.fromhex(addr1.partition("@")[0])
     proc, lines, pk = listen(p, "wanderer", url, addr1)
-    relay1.send_signal(signal.SIGKILL)  # no goodbye: its entry stays until it expires
-    relay1.wait(10)
+    relay1.kill()  # no goodbye: its entry stays until it expires
 
     async def until_moved() -> None:
         disc = DiscoveryClient(url)
@@ -129,4 +153,4 @@ def test_dead_relay_expires_and_its_client_re_delegates(stack):
     asyncio.run(until_moved())
     send(p, "late-sender", url, addr2, pk, "still reachable")
     assert lines.next() == "still reachable"
-    assert proc.poll() is None
+    assert proc.alive()

@@ -6,8 +6,14 @@ import pytest
 
 from burrow.messaging import frames as f
 from burrow.messaging import keys
-from burrow.messaging.client_link import (ChannelEnded, ChannelReady, ChannelRefused, ClientLink, IncomingChannel,
-                                          Message)
+from burrow.messaging.client_link import (
+    ChannelEnded,
+    ChannelReady,
+    ChannelRefused,
+    ClientLink,
+    IncomingChannel,
+    Message,
+)
 from burrow.messaging.errors import ProtocolError
 from burrow.messaging.switch import Switch
 
