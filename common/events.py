@@ -112,8 +112,9 @@ SCHEMAS: dict[tuple[str, str], tuple[Field, ...]] = {
         Field("sends_out", "int", "Send frames delivered to the client"),
         Field("bytes_in", "int", "ciphertext bytes received in Send frames", blur="size"),
         Field("bytes_out", "int", "ciphertext bytes delivered in Send frames", blur="size"),
-        Field("close_reason", "str", "`client`, `protocol`, `handshake`, `duplicate`, `stalled`, `timeout`, "
-                                     "`limit` or `shutdown`"),
+        Field("close_reason", "str", "`client` (it closed), `protocol` (a bad frame), `duplicate` (a newer link "
+                                     "of its key), `stalled` (its socket took nothing for --write-timeout) or "
+                                     "`shutdown`"),
     ),
     ("discovery", "stats"): (
         Field("interval", "float", "seconds covered by the counters ending in `_interval`"),
