@@ -14,7 +14,7 @@ from burrow.discovery.config import DiscoveryConfig
 from burrow.discovery.server import DiscoveryServer
 from burrow.messaging import keys
 from burrow.messaging.entry import ClientInfo, Entry, ServerInfo
-from harness.redis import RedisServer
+from harness.redis import RedisCluster, RedisServer
 from tests.messaging import vectors as v
 
 T0 = 1_700_000_000.0
@@ -286,3 +286,32 @@ async def test_redis_outage_is_503_and_not_ready(tmp_path):
     finally:
         await c.close()
         await r.stop()
+
+
+@pytest.mark.slow
+async def test_replicas_on_a_redis_cluster(tmp_path):
+    cluster = RedisCluster(tmp_path / "cluster")
+    try:
+        r1, r2 = await _replica(cluster.nodes[0]), await _replica(cluster.nodes[2])
+        c1, c2 = DiscoveryClient(f"http://127.0.0.1:{r1.port}"), DiscoveryClient(f"http://127.0.0.1:{r2.port}")
+        try:
+            now = time.time()
+            clients = [keys.SecretKey.generate() for _ in range(12)]  # keys spread over the cluster's slots
+            servers = [keys.SecretKey.generate() for _ in range(3)]
+            for i, k in enumerate(clients):
+                await (c1 if i % 2 else c2).post(client_entry(k, 0, now))
+            for i, k in enumerate(servers):
+                await c1.post(server_entry(k, 0, now, 10 + i))
+            for k in clients:
+                assert (await c2.entry(k.public)).sequence == 0
+            assert [e.static for e in await c2.available_servers()] == [k.public for k in reversed(servers)]
+            results = await asyncio.gather(c1.post(client_entry(clients[0], 1, now + 0.01)),
+                                           c2.post(client_entry(clients[0], 1, now + 0.02)), return_exceptions=True)
+            assert sorted(type(r).__name__ for r in results) == ["DiscoveryError", "NoneType"]
+        finally:
+            for c in (c1, c2):
+                await c.close()
+            for r in (r1, r2):
+                await r.stop()
+    finally:
+        cluster.stop()
