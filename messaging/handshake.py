@@ -112,7 +112,28 @@ class _Lines:
         return rest
 
 
-class InitiatorHandshake:
+class _Steps:
+    """Feeds whole lines to `_step` until the handshake is complete."""
+
+    complete = False
+    rest = b""
+    _lines: _Lines
+
+    def receive_data(self, data: bytes) -> bytes:
+        """Bytes to send back; raises HandshakeError (with `reply` to send first, if any)."""
+        out = bytearray()
+        while not self.complete and (line := self._lines.feed(data)) is not None:
+            data = b""
+            out += self._step(line)
+        if self.complete:
+            self.rest = self._lines.rest()
+        return bytes(out)
+
+    def _step(self, line: bytes) -> bytes:
+        raise NotImplementedError
+
+
+class InitiatorHandshake(_Steps):
     """The dialling side: knows the responder's key, sends frames 1 and 3."""
 
     def __init__(self, local: keys.SecretKey, responder: bytes, nonce: bytes | None = None) -> None:
@@ -126,15 +147,6 @@ class InitiatorHandshake:
 
     def start(self) -> bytes:
         return self.frame1.encode()
-
-    def receive_data(self, data: bytes) -> bytes:
-        out = bytearray()
-        while not self.complete and (line := self._lines.feed(data)) is not None:
-            data = b""
-            out += self._step(line)
-        if self.complete:
-            self.rest = self._lines.rest()
-        return bytes(out)
 
     def _step(self, line: bytes) -> bytes:
         if self.state == "sent-1":
@@ -155,7 +167,7 @@ class InitiatorHandshake:
         return b""
 
 
-class ResponderHandshake:
+class ResponderHandshake(_Steps):
     """The listening side: answers frame 1 with sig1, checks sig2, sends frame 4.
 
     `admit(initiator_key)` is asked once sig2 checks out; False sends `accepted: false` (no room).
@@ -169,15 +181,6 @@ class ResponderHandshake:
         self.complete = False
         self.rest = b""
         self._lines = _Lines()
-
-    def receive_data(self, data: bytes) -> bytes:
-        out = bytearray()
-        while not self.complete and (line := self._lines.feed(data)) is not None:
-            data = b""
-            out += self._step(line)
-        if self.complete:
-            self.rest = self._lines.rest()
-        return bytes(out)
 
     def _step(self, line: bytes) -> bytes:
         if self.state == "want-1":
