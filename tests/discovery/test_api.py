@@ -35,23 +35,36 @@ def redis_server(tmp_path_factory):
     server.stop()
 
 
+async def _discovery(redis_url: str | None):
+    """A discovery on a clock the test moves, with `test_clock` and a `test_client` attached."""
+    clock = Clock()
+    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=60.0,
+                                             redis_url=redis_url), clock=clock)
+    await server.start()
+    server.test_clock = clock
+    server.test_client = DiscoveryClient(f"http://127.0.0.1:{server.port}")
+    return server
+
+
 @pytest.fixture(params=["memory", "redis"])
 async def disc(request):
-    clock = Clock()
     redis_url = None
     if request.param == "redis":
         rs = request.getfixturevalue("redis_server")
         rs.cli("FLUSHALL")
         redis_url = rs.url
-    server = DiscoveryServer(DiscoveryConfig(host="127.0.0.1", port=0, admin_port=0, entry_ttl=60.0,
-                                             redis_url=redis_url), clock=clock)
-    server.test_kind = request.param
-    await server.start()
-    client = DiscoveryClient(f"http://127.0.0.1:{server.port}")
-    server.test_clock = clock
-    server.test_client = client
+    server = await _discovery(redis_url)
     yield server
-    await client.close()
+    await server.test_client.close()
+    await server.stop()
+
+
+@pytest.fixture
+async def memory_disc():
+    """Memory store only: Redis expires entries by its own clock (test_redis_entries_expire)."""
+    server = await _discovery(None)
+    yield server
+    await server.test_client.close()
     await server.stop()
 
 
@@ -166,9 +179,8 @@ async def test_get_unknown_and_bad_keys(disc):
     assert status == 400
 
 
-async def test_entries_expire_and_start_again_from_zero(disc):
-    if disc.test_kind == "redis":
-        pytest.skip("Redis expires by its own clock: test_redis_entries_expire")
+async def test_entries_expire_and_start_again_from_zero(memory_disc):
+    disc = memory_disc
     me, srv = keys.SecretKey.generate(), keys.SecretKey.generate()
     await disc.test_client.post(client_entry(me, 0, T0))
     await disc.test_client.post(server_entry(srv, 0, T0, 10))
