@@ -161,6 +161,9 @@ class ClientLink:
             self.stats["dropped_unknown_channel"] += 1
             return None
         if type(frame) is f.ChannelOpened:
+            if ch.state == CLOSING:  # we closed it while it was opening; ChannelClosed will follow
+                self.stats["dropped_closing"] += 1
+                return None
             if ch.state != OPENING:
                 raise ProtocolError(f"ChannelOpened for channel {cid}, which is not opening", "unexpected_opened")
             try:

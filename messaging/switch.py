@@ -215,8 +215,11 @@ class Switch:
             if ftype == _CLOSE:  # nothing to close: let the client finish its side
                 self._emit(link, bytes((_CLOSED, 0, 1, cid)))
         elif ftype == _OPENED:
-            if ch.state != OPENING or ch.b is not link or ch.b_id != cid:
+            if ch.b is not link or ch.b_id != cid or ch.state == OPEN:
                 raise ProtocolError("ChannelOpened for a channel this client did not receive", "unexpected_opened")
+            if ch.state == CLOSING:  # the opener closed it meanwhile; the CloseChannel is on its way
+                self.stats["dropped_closing"] += 1
+                return
             ch.state = OPEN
             self.channels_opened += 1
             ch.a.channels_opened += 1

@@ -244,3 +244,39 @@ def test_frames_split_anywhere_are_forwarded_whole():
         net.switch.feed(net.clients["a"][1], wire[i:i + 7])
     net.pump()
     assert [e.data for e in net.take("b")] == [bytes([i]) * 1000 for i in range(3)]
+
+
+def test_closing_while_the_open_is_in_flight():
+    net = Net()
+    a = net.join("a")
+    net.join("b")
+    cid = a.open_channel(net.key("b"))
+    a.close_channel(cid)  # before any answer: OpenChannel and CloseChannel leave together
+    net.pump()
+    assert net.take("a") == [ChannelEnded(cid, net.key("b"), "closed")]
+    got = net.take("b")
+    assert [type(e) for e in got] == [IncomingChannel, ChannelEnded]
+    assert all(s is None for _, link in net.clients.values() for s in link.slots)
+
+
+def test_channel_opened_crossing_a_close_is_dropped_not_fatal():
+    net = Net()
+    a = net.join("a")
+    b = net.join("b")
+    link_a, link_b = net.clients["a"][1], net.clients["b"][1]
+    cid = a.open_channel(net.key("b"))
+    net.switch.feed(link_a, a.data_to_send())
+    net.events["b"] += b.receive_data(bytes(link_b.outbox))  # b accepts: its ChannelOpened is in flight
+    link_b.outbox.clear()
+    a.close_channel(cid)
+    net.switch.feed(link_a, a.data_to_send())  # the switch sees the close first
+    net.switch.feed(link_b, b.data_to_send())  # then b's ChannelOpened: dropped, b's link lives
+    assert net.switch.stats["dropped_closing"] == 1
+    net.switch.take_dirty()
+    net.events["b"] += b.receive_data(bytes(link_b.outbox))
+    link_b.outbox.clear()
+    net.pump()
+    assert net.take("a") == [ChannelEnded(cid, net.key("b"), "closed")]
+    got = net.take("b")
+    assert [type(e) for e in got] == [IncomingChannel, ChannelEnded] and got[1].reason == "remote_closed"
+    assert all(s is None for _, link in net.clients.values() for s in link.slots)
