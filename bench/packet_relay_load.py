@@ -9,10 +9,10 @@ import time
 import psutil
 
 
-def pump(senders: list, receivers: list, blobs: list[bytes], rounds: int, want: int, relay_pid: int
-         ) -> tuple[list[int], float, float]:
+def pump(senders: list, receivers: list, blobs: list[bytes], rounds: int, want: int, relay_pid: int,
+         idle: float = 1.0) -> tuple[list[int], float, float]:
     """Sender i writes blobs[i] `rounds` times while receiver i counts bytes until `want` arrived or
-    1 s passed without any (the rest was dropped). Closes every socket. Returns (bytes received per
+    `idle` seconds passed without any (the rest was dropped). Closes every socket. Returns (bytes received per
     pair, seconds until the last byte arrived, relay CPU seconds (user+system) meanwhile)."""
     pairs = len(senders)
     received = [0] * pairs
@@ -24,7 +24,7 @@ def pump(senders: list, receivers: list, blobs: list[bytes], rounds: int, want: 
 
     def recv(i: int) -> None:
         sock = receivers[i]
-        sock.settimeout(1.0)
+        sock.settimeout(idle)
         got = 0
         buf = bytearray(1 << 20)
         while got < want:

@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output-file", "-o", type=Path, help="where to write the file or directory")
     sub.add_parser("relay-probe", help="probe a DERP relay (client/apps/relay_probe.py)", add_help=False)
     sub.add_parser("forward", help="forward ports over Dilation (client/dilation)", add_help=False)
+    sub.add_parser("messaging", help="seed 003 messaging: listen / send (client/messaging)", add_help=False)
     return p
 
 
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(_hook("burrow.client.apps.relay_probe", argv[1:]))
     if argv and argv[0] == "forward":
         sys.exit(_hook("burrow.client.apps.forward", argv[1:]))
+    if argv and argv[0] == "messaging":
+        sys.exit(_hook("burrow.client.messaging.cli", argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("BURROW_LOG_LEVEL", "WARNING").upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -34,7 +34,7 @@ class Field:
 ENVELOPE: tuple[Field, ...] = (
     Field("v", "int", "schema version of this line (1)"),
     Field("ts", "float", "epoch seconds when the line was written (the end of a session)", blur="time"),
-    Field("service", "str", "`mailbox`, `transit` or `relay`"),
+    Field("service", "str", "`mailbox`, `transit`, `relay` or `discovery`"),
     Field("event", "str", "event type, see below"),
     Field("node", "str", "name of the server instance (`--node-name`, default the host name)"),
 )
@@ -102,6 +102,26 @@ SCHEMAS: dict[tuple[str, str], tuple[Field, ...]] = {
         Field("bytes_out", "int", "payload bytes delivered to the client", blur="size"),
         Field("drops", "counts", "packets dropped on the way to this client, by reason"),
         Field("close_reason", "str", "`client`, `protocol`, `denied`, `duplicate`, `timeout`, `limit` or `shutdown`"),
+    ),
+    ("relay", "messaging_link"): (
+        _STARTED, _DURATION,
+        Field("channels_opened", "int", "channels this client opened that the remote accepted"),
+        Field("frames_in", "int", "messaging frames received from the client"),
+        Field("frames_out", "int", "messaging frames sent to the client"),
+        Field("sends_in", "int", "Send frames received from the client"),
+        Field("sends_out", "int", "Send frames delivered to the client"),
+        Field("bytes_in", "int", "ciphertext bytes received in Send frames", blur="size"),
+        Field("bytes_out", "int", "ciphertext bytes delivered in Send frames", blur="size"),
+        Field("close_reason", "str", "`client` (it closed), `protocol` (a bad frame), `duplicate` (a newer link "
+                                     "of its key), `stalled` (its socket took nothing for --write-timeout) or "
+                                     "`shutdown`"),
+    ),
+    ("discovery", "stats"): (
+        Field("interval", "float", "seconds covered by the counters ending in `_interval`"),
+        Field("entries", "int", "live entries (clients and servers)"),
+        Field("servers", "int", "live server entries"),
+        Field("writes_interval", "int", "entries written (new or a next iteration) during the interval"),
+        Field("refused_interval", "int", "requests refused during the interval"),
     ),
     ("relay", "stats"): (
         Field("interval", "float", "seconds covered by the counters ending in `_interval`"),

@@ -61,4 +61,15 @@ class RelayConfig:
     iroh_pong_timeout: float = setting(5.0, "close an iroh endpoint that leaves a Ping unanswered this long",
                                        "s")
     iroh_tls_auth: bool = setting(True, "accept iroh's TLS-exporter header login over HTTPS")
+    messaging_port: int = setting(0, "TCP port for seed 003 messaging links (0 = off)")
+    messaging_key_file: str | None = setting(None, "the messaging server's secp256k1 secret key (64 hex), created "
+                                             "(0600) if missing; without it the key changes on every start")
+    messaging_address: str | None = setting(None, "host:port that messaging clients dial, published in discovery "
+                                            "(default: the listener's, 127.0.0.1 for a wildcard host)")
+    discovery_url: str | None = setting(None, "messaging discovery to publish this server's entry in "
+                                        "(e.g. http://discovery:4003)")
+    discovery_refresh: float = setting(20.0, "seconds between discovery entry refreshes (keep below the "
+                                       "discovery's --entry-ttl)", "s")
+    messaging_max_links: int = setting(10000, "messaging links at once (the entry's available_connections "
+                                       "counts down from it)")
     verbose: bool = setting(False, "debug logging")

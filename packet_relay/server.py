@@ -24,6 +24,7 @@ from .access import AccessControl
 from .config import RelayConfig
 from .conn import RelayConn
 from .iroh.service import IrohService, IrohSettings
+from .messaging_server.service import MessagingService, MessagingSettings
 from .registry import Registry
 from .stats import RelayStats, make_registry
 from .tls import generate_self_signed, server_context
@@ -62,6 +63,8 @@ class RelayServer:
         self._admin: AdminServer | None = None
         self.prometheus = make_registry(self.stats)
         self.iroh = IrohService(self, IrohSettings.from_config(config))  # claims /relay and /ping
+        self.messaging = MessagingService(MessagingSettings.from_config(config), self.events)
+        self.prometheus.register(_MessagingMetrics(self.messaging))
 
     @staticmethod
     def _load_mesh_key(path: str | None) -> bytes | None:
@@ -122,6 +125,7 @@ class RelayServer:
             self.http_port = srv.sockets[0].getsockname()[1]
         if cfg.stun_port > 0 or self._stun_ephemeral:
             await self._start_stun()
+        await self.messaging.start()
         self._admin = AdminServer(self.prometheus, ready=lambda: self.ready, service="relay")
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = self.loop.create_task(self._stats_loop())
@@ -156,6 +160,7 @@ class RelayServer:
         self.ready = False
         for srv in self._servers:
             srv.close()
+        await self.messaging.stop()
         restarting = f.Restarting(self.config.restart_reconnect_ms, self.config.restart_try_for_ms).encode()
         live = [c for c in self.conns if c.phase == "derp" and c.registered]
         for c in live:
@@ -206,3 +211,14 @@ class RelayServer:
         while True:
             await asyncio.sleep(self.config.stats_interval)
             self._emit_stats()
+
+
+class _MessagingMetrics:
+    """Prometheus view of the messaging service (nothing while it is off)."""
+
+    def __init__(self, service: MessagingService) -> None:
+        self.service = service
+
+    def collect(self):
+        if self.service.enabled:
+            yield from self.service.collect()

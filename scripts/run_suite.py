@@ -27,11 +27,15 @@ SERVICES = [
     ("burrow.transit_relay", "transit",
      ["--event-log", str(LOGS / "transit.jsonl")],
      ["transit relay         tcp:127.0.0.1:4001  ws://127.0.0.1:4002   admin http://127.0.0.1:9401/metrics"]),
+    ("burrow.discovery", "discovery",
+     ["--event-log", str(LOGS / "discovery.jsonl")],
+     ["messaging discovery   http://127.0.0.1:4003/messaging-discovery/   admin http://127.0.0.1:9403/metrics"]),
     ("burrow.packet_relay", "relay",
      ["--dev-tls", "--tls-dir", str(VAR / "tls"), "--key-file", str(VAR / "relay.key"),
-      "--event-log", str(LOGS / "relay.jsonl")],
+      "--event-log", str(LOGS / "relay.jsonl"), "--messaging-port", "4004",
+      "--messaging-key-file", str(VAR / "messaging.key"), "--discovery-url", "http://127.0.0.1:4003"],
      ["packet relay          https://127.0.0.1:8443/derp (DERP), /relay (iroh); self-signed   STUN udp:127.0.0.1:3478",
-      "                      admin http://127.0.0.1:9402/metrics"]),
+      "                      messaging tcp:127.0.0.1:4004 (seed 003)   admin http://127.0.0.1:9402/metrics"]),
 ]
 
 
@@ -63,6 +67,8 @@ def main() -> int:
         print("\nTry:  .venv/bin/burrow send FILE          (defaults point at this suite)")
         print("      .venv/bin/burrow receive CODE")
         print("      .venv/bin/burrow relay-probe https://127.0.0.1:8443 --insecure --stun-port 3478")
+        print("      .venv/bin/burrow messaging listen --key-file var/alice.key     (prints pk: HEX)")
+        print("      .venv/bin/burrow messaging send --key-file var/bob.key HEX 'hello'")
     if failed:
         print(f"\nfailed to start: {', '.join(failed)} (see the messages above)", file=sys.stderr)
     stop = {"now": False}

@@ -1,0 +1,1 @@
+"""burrow-discovery: the messaging discovery of seed 003 (signed entries by public key, HTTP JSON)."""

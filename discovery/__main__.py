@@ -1,0 +1,30 @@
+"""burrow-discovery: parse flags, start the discovery, run until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from burrow.common.config import describe, load_config
+from burrow.common.service import run_until_signalled, setup_logging
+
+from .config import DiscoveryConfig
+from .server import DiscoveryServer
+
+log = logging.getLogger("discovery")
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = load_config(DiscoveryConfig, "discovery", sys.argv[1:] if argv is None else argv)
+    setup_logging(config.verbose)
+    log.info("configuration:\n%s", describe(config))
+    server = DiscoveryServer(config)
+    try:
+        asyncio.run(run_until_signalled(server.start, server.stop))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
