@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Messaging (seed 003) forwarding cost next to the DERP path of the same burrow-relay, same machine.
+"""Messaging (Skywire's protocol) forwarding cost next to the DERP path of the same burrow-relay, same machine.
 
 Each relay runs as `python -m burrow.packet_relay` with DERP on plain HTTP and HTTPS and the messaging
 port on, pinned to core 0 (taskset); this process drives it from core 1 with blocking sockets, one
 thread each, as bench/packet_relay.py does for DERP. Senders write batches of 64 frames; receivers count
 delivered bytes. The cost figure is the relay's CPU time (user+system) per delivered message.
 
-  messaging     Send frames on open Noise KK channels (one channel per pair), plain TCP as the seed says;
+  messaging     Send frames on open Noise KK channels (one channel per pair), plain TCP as the specification says;
                 the ciphertexts are real (encrypted by the sender's channel) and the batch repeats
   derp          SendPacket frames over `Upgrade: DERP` on plain HTTP (the like-for-like yardstick)
   derp+tls      the same over HTTPS, as bench/packet_relay.py measures it
   cross-server  sender and receiver delegated to two relays: the sender links to the receiver's relay
-                (seed 003 has no server-to-server hop), so one relay forwards; both relays' CPU is shown
+                (the protocol has no server-to-server hop), so one relay forwards; both relays' CPU is shown
   library       MessagingClient end to end (encrypt, send, receive, decrypt in this process): messages/s
 
 Usage: .venv/bin/python bench/messaging.py [--quick] [--json PATH]

@@ -1,1 +1,1 @@
-"""burrow-discovery: the messaging discovery of seed 003 (signed entries by public key, HTTP JSON)."""
+"""burrow-discovery: the messaging discovery of Skywire's messaging system (signed entries by public key, HTTP JSON)."""

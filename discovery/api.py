@@ -1,4 +1,4 @@
-"""The three endpoints of seed 003's discovery as HTTP JSON (aiohttp handlers over a store).
+"""The three endpoints of Skywire's discovery as HTTP JSON (aiohttp handlers over a store).
 
   GET  /messaging-discovery/entry/{public_key}    200 entry | 400 bad key | 404 {"message","code"}
   POST /messaging-discovery/entry/                200 {"message","code"} | 400 | 401 | 409 | 413

@@ -9,7 +9,7 @@ from burrow.common.config import setting
 
 @dataclass(frozen=True)
 class DiscoveryConfig:
-    """Messaging discovery (seed 003): signed entries of messaging clients and servers, by public key."""
+    """Messaging discovery (Skywire's protocol): signed entries of messaging clients and servers, by public key."""
 
     host: str = setting("0.0.0.0", "address to bind the HTTP API to")
     port: int = setting(4003, "HTTP port of the API under /messaging-discovery/ (0 = ephemeral)")

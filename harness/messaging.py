@@ -1,4 +1,4 @@
-"""Seed 003 messaging as processes: burrow-discovery replicas, haproxy balancing them per request,
+"""Skywire messaging as processes: burrow-discovery replicas, haproxy balancing them per request,
 burrow-relay with its messaging port, and `burrow messaging` clients. Everything on 127.0.0.1."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Seed 003 messaging, sans-IO: keys, link handshake, frames, Noise KK channels, discovery entries, the server switch."""
+"""Skywire messaging, sans-IO: keys, link handshake, frames, Noise KK channels, discovery entries, the server switch."""

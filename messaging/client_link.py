@@ -6,7 +6,7 @@ in:  `receive_data(bytes)`; calls `open_channel(remote)`, `send(cid, data)`, `cl
 states of a channel: opening (OpenChannel sent) -> open -> closing (CloseChannel sent) -> gone;
      incoming ones start open (ChannelOpened sent with Noise message 2).
 
-Closing follows the seed: the side that sends CloseChannel only receives until ChannelClosed comes back
+Closing follows the specification: the side that sends CloseChannel only receives until ChannelClosed comes back
 (or its timer runs out: `close_timed_out` sends ChannelClosed itself); the side that receives
 CloseChannel answers ChannelClosed at once.
 """

@@ -1,6 +1,6 @@
 """Messaging frames, after the link handshake: `FrameType(1) | PayloadSize(2) | Payload`.
 
-PayloadSize is a big-endian uint16 (the seed says uint16; Skywire writes big-endian), so a payload is at
+PayloadSize is a big-endian uint16 (the specification says uint16; Skywire writes big-endian), so a payload is at
 most 65535 bytes. Payloads by type, sub-fields concatenated:
 
   0x0 OpenChannel     ChannelID(1) RemoteStatic(33) NoiseMessage1(49)   exactly 83 bytes

@@ -4,7 +4,7 @@ in:  NoiseMessage1 / NoiseMessage2 (49 bytes each) and ciphertexts; out: the sam
 states: handshake (initiator writes message 1, responder reads it and writes message 2) -> transport.
 
 - DH is skycoin's ECDH, SHA-256 of the compressed shared point, with one zero byte appended so that
-  DHLEN (33) equals the public key length, as the seed requires. Public keys are 33-byte compressed.
+  DHLEN (33) equals the public key length, as the specification requires. Public keys are 33-byte compressed.
 - Hash SHA-256 and the name's DH part "Secp256k1" are Skywire's (flynn/noise builds the protocol name
   from its cipher suite); prologue and handshake payloads are empty, so each message is e (33) + tag (16).
 - Transport: each direction's CipherState is rekeyed (Noise REKEY) just before its 10th, 20th, ...

@@ -7,7 +7,7 @@ states of a channel: opening (OpenChannel forwarded) -> open (ChannelOpened forw
      (CloseChannel forwarded) -> freed (a ChannelClosed from either side, or either link lost).
 
 A channel joins slot `a_id` on the opener's link `a` and slot `b_id` on the responder's link `b`; the
-server picks `b_id` (seed: "unique between the server and the second client"). The server takes IDs
+server picks `b_id` (specification: "unique between the server and the second client"). The server takes IDs
 from 255 downward and round-robin, clients from 0 upward, so crossing OpenChannels are rare and a freed
 ID is not handed out again at once; when they do cross, each side refuses the other's with ChannelClosed.
 Send frames keep their bytes; only the channel ID byte is rewritten.

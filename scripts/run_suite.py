@@ -35,7 +35,7 @@ SERVICES = [
       "--event-log", str(LOGS / "relay.jsonl"), "--messaging-port", "4004",
       "--messaging-key-file", str(VAR / "messaging.key"), "--discovery-url", "http://127.0.0.1:4003"],
      ["packet relay          https://127.0.0.1:8443/derp (DERP), /relay (iroh); self-signed   STUN udp:127.0.0.1:3478",
-      "                      messaging tcp:127.0.0.1:4004 (seed 003)   admin http://127.0.0.1:9402/metrics"]),
+      "                      messaging tcp:127.0.0.1:4004 (Skywire's protocol)   admin http://127.0.0.1:9402/metrics"]),
 ]
 
 

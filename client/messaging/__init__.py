@@ -1,1 +1,1 @@
-"""Messaging client of seed 003: discovery lookups, links to messaging servers, Noise KK channels."""
+"""Messaging client of Skywire's messaging system: discovery lookups, links to messaging servers, Noise KK channels."""

@@ -1,4 +1,4 @@
-"""MessagingClient: advertise in discovery, dial and accept Noise KK channels (seed 003), re-delegate.
+"""MessagingClient: advertise in discovery, dial and accept Noise KK channels (Skywire's protocol), re-delegate.
 
     client = MessagingClient(secret_key, "http://discovery:4003")
     await client.start()                     # link to servers, publish {"client": {"delegated_servers": ...}}
@@ -8,7 +8,7 @@
 
 The client keeps `server_count` links (to the servers named in `servers` first, then to the discovery's
 available servers). Dialling uses a link to one of the remote's delegated servers, opening one when none
-is shared (seed: "the client will connect to one of these servers"). Every link it holds is listed in its
+is shared (specification: "the client will connect to one of these servers"). Every link it holds is listed in its
 entry (as Skywire's client does). When a link is lost its channels end, and the client links to another
 server (skipping ones that just failed) and publishes its entry again.
 """

@@ -1,4 +1,4 @@
-"""`burrow messaging listen|send`: talk over seed 003's messaging servers from the command line.
+"""`burrow messaging listen|send`: talk over Skywire's messaging servers from the command line.
 
   burrow messaging listen --discovery URL --key-file FILE [--server ADDR] [--count N] [--show-sender]
       prints `pk: <our public key hex>` first, then each message received, one per line
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--timeout", type=float, default=10.0, help="seconds for each network step")
     common.add_argument("--refresh", type=float, default=20.0,
                         help="seconds between refreshes of our discovery entry (below the discovery's entry TTL)")
-    p = argparse.ArgumentParser(prog="burrow messaging", description="Messaging over seed 003's servers.")
+    p = argparse.ArgumentParser(prog="burrow messaging", description="Messaging over Skywire's servers.")
     sub = p.add_subparsers(dest="command", required=True)
     listen = sub.add_parser("listen", parents=[common], help="print messages sent to our key")
     listen.add_argument("--count", type=int, default=0, help="exit after this many messages (0 = never)")

@@ -1,1 +1,1 @@
-"""The messaging server of seed 003 inside burrow-relay: links on a TCP port, the switch, discovery registration."""
+"""The messaging server of Skywire's messaging system inside burrow-relay: links on a TCP port, the switch, discovery registration."""

@@ -1,4 +1,4 @@
-"""MessagingService: the relay's messaging port (seed 003): listener, switch, flushes, metrics, discovery.
+"""MessagingService: the relay's messaging port (Skywire's protocol): listener, switch, flushes, metrics, discovery.
 
 Off unless `--messaging-port` is set. The server's identity is a secp256k1 key (`--messaging-key-file`),
 separate from the DERP key. With `--discovery-url` it publishes its server entry (address and available
