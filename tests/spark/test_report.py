@@ -173,7 +173,7 @@ def test_over_capacity_is_an_observation_even_without_history():
 
 
 def test_every_service_in_the_logs_gets_a_verdict():
-    from spark.advice import verdicts
+    from burrow.spark.advice import verdicts
 
     rows = [_plan_row(service="transit", enough_history=True, days=20, peak=10.0, utilisation=10 / 280,
                       nodes_needed=1, peak_horizon=30.0, nodes_needed_horizon=1, days_until_full=None, full_on=None,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from spark.capacity import load_capacity
-from spark.generate import generate
-from spark.job import run_report
-from spark.units import si
+from burrow.spark.capacity import load_capacity
+from burrow.spark.generate import generate
+from burrow.spark.job import run_report
+from burrow.spark.units import si
 
 from .test_load import _brute_force_peaks
 from .test_report import _png_pixels

@@ -6,11 +6,11 @@ import datetime as dt
 
 import pytest
 
-from spark.report import bucket_labels
-from spark.sessions import SIZE_EDGES, TIME_EDGES
-from spark.svg import line_chart, time_ticks, value_ticks
-from spark.table import Column, table
-from spark.units import count, days, duration, percent, resource_rate, si
+from burrow.spark.report import bucket_labels
+from burrow.spark.sessions import SIZE_EDGES, TIME_EDGES
+from burrow.spark.svg import line_chart, time_ticks, value_ticks
+from burrow.spark.table import Column, table
+from burrow.spark.units import count, days, duration, percent, resource_rate, si
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp()
 
