@@ -207,7 +207,7 @@ def _forecast_charts(data: dict, plan: list[dict], horizon: int, min_days: int, 
     if short:
         which = "; ".join(f"{svc}: {history_text(daily, svc, min_days)}" for svc in short)
         note = (f'<p class="empty">No forecast charts for {escape(", ".join(short))}: a chart needs at least two '
-                f'days of daily peaks and a trend {min_days} complete days ({escape(which)}). Until then the plan '
+                f'days of daily peaks and a trend needs {min_days} complete days ({escape(which)}). Until then the plan '
                 f'shows today\'s use only. The daily peaks so far are in <code>tables/daily_peaks.csv</code>.</p>')
     elif any(not p["enough_history"] for p in plan):
         note = (f'<p class="note">Charts without a trend line: fewer than {min_days} complete days of history; '
