@@ -93,6 +93,20 @@ def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     return width, bpp, rows
 
 
+def screenshot(page: Path, tmp_path: Path, height: int) -> tuple[int, int, list[bytes]]:
+    """The page as headless Chromium draws it, 1200 px wide: (width, bytes per pixel, rows)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("Debian's chromium is needed for this test: apt-get install -y chromium")
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run",
+                    f"--user-data-dir={tmp_path / 'chromium'}", f"--screenshot={shot}",
+                    f"--window-size=1200,{height}", page.as_uri()], capture_output=True, timeout=120, check=False)
+    assert shot.exists(), "chromium wrote no screenshot"
+    return _png_pixels(shot)
+
+
 @pytest.mark.slow
 def test_report_process_and_chromium_screenshot(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -110,13 +124,7 @@ def test_report_process_and_chromium_screenshot(tmp_path):
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 20 and "<polyline" in html and "<rect" in html
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
-    shot = tmp_path / "shot.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run",
-                    f"--user-data-dir={tmp_path / 'chromium'}", f"--screenshot={shot}", "--window-size=1200,2000",
-                    (out / "report.html").as_uri()], capture_output=True, timeout=120, check=False)
-    assert shot.exists(), "chromium wrote no screenshot"
-    width, bpp, rows = _png_pixels(shot)
+    width, bpp, rows = screenshot(out / "report.html", tmp_path, 2000)
     total = ink = coloured = 0
     for row in rows:
         for i in range(0, len(row), bpp):

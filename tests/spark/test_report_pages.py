@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from burrow.spark.job import run_report
 from burrow.spark.units import si
 
 from .test_load import _brute_force_peaks
-from .test_report import _png_pixels
+from .test_report import screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -230,17 +228,8 @@ EXPECT = {"one": {"unknown", "chart"}, "thirty": {"soon", "chart"}, "empty": {"e
 
 @pytest.mark.parametrize("name", ["one", "thirty", "empty"])
 def test_chromium_renders_each_state(pages, name, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.fail("Debian's chromium is needed for this test: apt-get install -y chromium")
     dest, _, _, _ = pages[name]
-    shot = tmp_path / "shot.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run",
-                    f"--user-data-dir={tmp_path / 'chromium'}", f"--screenshot={shot}", "--window-size=1200,3000",
-                    (dest / "report.html").as_uri()], capture_output=True, timeout=120, check=False)
-    assert shot.exists(), "chromium wrote no screenshot"
-    width, bpp, rows = _png_pixels(shot)
+    width, bpp, rows = screenshot(dest / "report.html", tmp_path, 3000)
     seen = dict.fromkeys(COLOURS, 0)
     for row in rows:
         for i in range(0, len(row), bpp):
