@@ -4,8 +4,8 @@ same aggregations in DuckDB in the same run (a single-machine yardstick).
 
 Spark: `python -m burrow.spark` as a fresh process (JVM start included in the wall time), default local[*].
 DuckDB: the same steps in SQL: parse the JSON lines with an explicit schema, drop invalid lines and
-duplicates, write the events as Parquet partitioned by day, per-minute load (sweep for exact peaks,
-minute spread for averages and bytes), hourly percentiles, session outcomes/summary/histograms/daily,
+duplicates, write the events as Parquet partitioned by day, per-minute load (sweep for exact peaks and
+the busiest second, minute spread for averages and bytes), hourly percentiles, session outcomes/summary/histograms/daily,
 daily peaks and their regression, each table written as Parquet and CSV.
 
     python bench/spark.py [--sizes 1000000,5000000] [--work /tmp/burrow-bench-spark]
@@ -80,18 +80,31 @@ CREATE TABLE iv AS
   SELECT service, started AS s, started + duration AS e,
          CASE WHEN event = 'connection' AND service = 'mailbox' THEN 0 ELSE 1 END AS ws,
          CASE WHEN event = 'mailbox' THEN 0 ELSE 1 END AS wc,
-         CAST(CASE WHEN event = 'mailbox' THEN bytes WHEN service = 'transit' THEN total_bytes
+         CAST(CASE WHEN event = 'mailbox' THEN bytes WHEN service = 'transit' AND waiting_time IS NULL THEN total_bytes
                    WHEN service = 'relay' THEN bytes_in ELSE 0 END AS DOUBLE) AS b
     FROM ev WHERE event IN ('mailbox', 'connection', 'session')
   UNION ALL
-  SELECT service, started + waiting_time, started + duration, 0, 1, 0.0
+  SELECT service, started + waiting_time, started + duration, 0, 1, CAST(total_bytes AS DOUBLE)
     FROM ev WHERE service = 'transit' AND event = 'session' AND waiting_time IS NOT NULL;
+CREATE TABLE bsteps AS
+  SELECT *, CAST(floor(s) AS BIGINT) AS fs, CAST(ceil(e) AS BIGINT) - 1 AS ls,
+         e <= s OR CAST(ceil(e) AS BIGINT) - 1 <= CAST(floor(s) AS BIGINT) AS one, b / nullif(e - s, 0) AS r
+    FROM iv WHERE b > 0;
 CREATE TABLE pk AS
   SELECT service, m, sum(ds) AS net_s, sum(dc) AS net_c, max(ps) AS max_ps, max(pc) AS max_pc,
-         sum(st) AS starts, min(t) > m * 60 AS carry
-  FROM (SELECT *, sum(ds) OVER w AS ps, sum(dc) OVER w AS pc FROM (
-          SELECT service, CAST(floor(s / 60) AS BIGINT) AS m, s AS t, ws AS ds, wc AS dc, ws AS st FROM iv
-          UNION ALL SELECT service, CAST(floor(e / 60) AS BIGINT), e, -ws, -wc, 0 FROM iv)
+         sum(st) AS starts, min(t) > m * 60 AS carry, sum(dr) AS net_r,
+         max(CASE WHEN isb THEN pr + pb_here END) AS max_pr, min(CASE WHEN isb THEN t END) > m * 60 AS carry_r
+  FROM (SELECT *, sum(ds) OVER w AS ps, sum(dc) OVER w AS pc, sum(dr) OVER w AS pr,
+               sum(pb) OVER (PARTITION BY service, m ORDER BY t RANGE BETWEEN CURRENT ROW AND CURRENT ROW) AS pb_here
+        FROM (
+          SELECT service, CAST(floor(s / 60) AS BIGINT) AS m, s AS t, ws AS ds, wc AS dc, ws AS st,
+                 0.0 AS dr, 0.0 AS pb, false AS isb FROM iv
+          UNION ALL SELECT service, CAST(floor(e / 60) AS BIGINT), e, -ws, -wc, 0, 0.0, 0.0, false FROM iv
+          -- the busiest second: a partial first second, +rate at the first full one, -rate and the partial last
+          UNION ALL SELECT service, fs // 60, fs, 0, 0, 0, 0.0, CASE WHEN one THEN b ELSE r * (fs + 1 - s) END, true
+            FROM bsteps
+          UNION ALL SELECT service, (fs + 1) // 60, fs + 1, 0, 0, 0, r, 0.0, true FROM bsteps WHERE NOT one
+          UNION ALL SELECT service, ls // 60, ls, 0, 0, 0, -r, r * (e - ls), true FROM bsteps WHERE NOT one)
         WINDOW w AS (PARTITION BY service, m ORDER BY t RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
   GROUP BY service, m;
 CREATE TABLE sp AS
@@ -108,21 +121,25 @@ CREATE TABLE load_minute AS
     coalesce(sum(pk.net_c) OVER b, 0) + CASE WHEN coalesce(pk.carry, true) THEN greatest(coalesce(pk.max_pc, 0), 0)
                                               ELSE pk.max_pc END AS connections_peak,
     coalesce(sp.conn_s, 0) / 60 AS connections_avg, coalesce(sp.bytes, 0) AS bytes,
-    coalesce(sp.bytes, 0) / 60 AS bytes_per_s, coalesce(pk.starts, 0) AS starts
+    coalesce(sp.bytes, 0) / 60 AS bytes_per_s,
+    greatest(coalesce(sum(pk.net_r) OVER b, 0) + CASE WHEN coalesce(pk.carry_r, true)
+             THEN greatest(coalesce(pk.max_pr, 0), 0) ELSE pk.max_pr END, 0) AS bytes_per_s_peak,
+    coalesce(pk.starts, 0) AS starts
   FROM (SELECT service, unnest(range(min(CAST(floor(s / 60) AS BIGINT)), max(CAST(floor(e / 60) AS BIGINT)) + 1)) AS m
         FROM iv GROUP BY service) g
   LEFT JOIN pk USING (service, m) LEFT JOIN sp USING (service, m)
   WINDOW b AS (PARTITION BY g.service ORDER BY g.m ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);
 CREATE TABLE load_hour AS
   SELECT service, date_trunc('hour', minute) AS hour, max(sessions_peak) AS sessions_peak,
-    max(connections_peak) AS connections_peak, sum(bytes) AS bytes, max(bytes_per_s) AS bytes_per_s_peak,
-    quantile_cont(sessions_peak, [0.5, 0.95, 0.99]) AS sessions_p,
+    max(connections_peak) AS connections_peak, sum(bytes) AS bytes, max(bytes_per_s_peak) AS bytes_per_s_peak,
+    max(bytes_per_s) AS bytes_per_s_busiest_minute, quantile_cont(sessions_peak, [0.5, 0.95, 0.99]) AS sessions_p,
     quantile_cont(connections_peak, [0.5, 0.95, 0.99]) AS connections_p,
     quantile_cont(bytes_per_s, [0.5, 0.95, 0.99]) AS bytes_per_s_p
   FROM load_minute GROUP BY ALL;
 CREATE TABLE daily_peaks AS
   SELECT service, CAST(minute AS DATE) AS day, max(sessions_peak) AS sessions_peak,
-    max(connections_peak) AS connections_peak, max(bytes_per_s) AS bytes_per_s_peak, count(*) AS minutes
+    max(connections_peak) AS connections_peak, max(bytes_per_s_peak) AS bytes_per_s_peak,
+    max(bytes_per_s) AS bytes_per_s_busiest_minute, count(*) AS minutes
   FROM load_minute GROUP BY ALL;
 CREATE TABLE trends AS
   SELECT service, regr_slope(sessions_peak, epoch(day) / 86400) AS sessions_slope,

@@ -13,9 +13,14 @@ keeps the defaults below: conservative round numbers for one 2-core node, to be 
 
 For every service and resource (`sessions`, `connections`, `bytes_per_s`) the plan fits a least
 squares line through the daily peaks (x = day, y = that day's peak), and reports:
-`nodes_needed` = ceil(observed peak / (capacity x (1 - headroom))), the trend's slope per day, and
-`days_until_full` = days until the trend line crosses the usable capacity of today's nodes (0 when it
+`nodes_needed` = ceil(observed peak / (capacity x (1 - headroom))), `utilisation` = observed peak /
+usable capacity of today's nodes, the trend's slope per day, and `days_until_full` = days until the
+trend line crosses the usable capacity of today's nodes (0 when the observed peak or the line
 already has, null when the trend is flat or falling).
+
+A trend needs history: with fewer than `min_history_days` complete days the plan forecasts
+nothing (`enough_history` false; `nodes_needed_horizon`, `peak_horizon` and the forecast's trend
+null; `days_until_full` only 0 when the observed peak is already over).
 """
 
 from __future__ import annotations
@@ -43,7 +48,24 @@ class NodeCapacity:
 class CapacityConfig:
     headroom: float = 0.3
     horizon_days: int = 90  # how far the forecast chart and nodes_needed_horizon look ahead
+    min_history_days: int = 14  # complete days of daily peaks before a trend is fitted and believed
     services: dict[str, NodeCapacity] = field(default_factory=lambda: dict(DEFAULTS))
+    path: str | None = None  # the --capacity file, if any
+    from_file: frozenset[str] = frozenset()  # keys the file set: "headroom", "transit.sessions", ...
+
+    def source(self, key: str) -> str:
+        """Where a figure came from: the file's name, or "default"."""
+        return self.path if key in self.from_file and self.path else "default"
+
+    def assumptions(self) -> dict:
+        """Every figure the plan rests on, with where it came from (plain data for the report)."""
+        top = {k: {"value": getattr(self, k), "source": self.source(k)}
+               for k in ("headroom", "horizon_days", "min_history_days")}
+        per_node = [{"service": svc, "resource": res, "nodes": cap.nodes, "nodes_source": self.source(f"{svc}.nodes"),
+                     "capacity": getattr(cap, res), "source": self.source(f"{svc}.{res}")}
+                    for svc, cap in sorted(self.services.items(), key=lambda kv: SERVICES.index(kv[0])
+                                           if kv[0] in SERVICES else len(SERVICES)) for res in RESOURCES]
+        return {**top, "path": self.path, "per_node": per_node}
 
 
 # Per-node defaults from our benchmarks on a 2-core node (README "Performance"), rounded down:
@@ -61,6 +83,9 @@ class CapacityConfigError(ValueError):
     pass
 
 
+TOP_KEYS = ("headroom", "horizon_days", "min_history_days")
+
+
 def load_capacity(path: str | None) -> CapacityConfig:
     """Defaults, overridden by the file's values (TOML, or JSON if the name ends in .json)."""
     cfg = CapacityConfig()
@@ -72,7 +97,7 @@ def load_capacity(path: str | None) -> CapacityConfig:
     except (OSError, ValueError) as exc:
         raise CapacityConfigError(f"cannot read capacity file {path}: {exc}") from exc
     services = dict(cfg.services)
-    top = {}
+    top, keys = {}, set()
     for key, value in raw.items():
         if key in SERVICES:
             if not isinstance(value, dict):
@@ -80,15 +105,27 @@ def load_capacity(path: str | None) -> CapacityConfig:
             unknown = set(value) - {"nodes", *RESOURCES}
             if unknown:
                 raise CapacityConfigError(f"{path}: [{key}] has unknown keys {sorted(unknown)}")
+            for k, v in value.items():
+                ok = isinstance(v, int) and v >= 1 if k == "nodes" else isinstance(v, int | float) and v > 0
+                if isinstance(v, bool) or not ok:
+                    raise CapacityConfigError(f"{path}: [{key}] {k} must be a positive "
+                                              f"{'whole number' if k == 'nodes' else 'number'}, got {v!r}")
             services[key] = replace(services[key], **value)
-        elif key in ("headroom", "horizon_days"):
+            keys |= {f"{key}.{k}" for k in value}
+        elif key in TOP_KEYS:
             top[key] = value
+            keys.add(key)
         else:
-            raise CapacityConfigError(f"{path}: unknown key {key!r} (expected headroom, horizon_days, "
+            raise CapacityConfigError(f"{path}: unknown key {key!r} (expected {', '.join(TOP_KEYS)}, "
                                       f"{', '.join(SERVICES)})")
-    cfg = replace(cfg, services=services, **top)
+    cfg = replace(cfg, services=services, path=path, from_file=frozenset(keys), **top)
     if not 0 <= cfg.headroom < 1:
         raise CapacityConfigError(f"{path}: headroom must be in [0, 1), got {cfg.headroom}")
+    for key in ("horizon_days", "min_history_days"):
+        if not isinstance(getattr(cfg, key), int) or getattr(cfg, key) < 1:
+            raise CapacityConfigError(f"{path}: {key} must be a whole number of days >= 1, got {getattr(cfg, key)!r}")
+    if cfg.min_history_days < 2:
+        raise CapacityConfigError(f"{path}: min_history_days must be at least 2 (a line needs two days)")
     return cfg
 
 
@@ -128,45 +165,64 @@ def _capacity_rows(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
 
 
 def plan(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
-    """Per service and resource: the peak, capacity, nodes needed now and at the horizon, days until
-    today's nodes run out of headroom, and the date that happens."""
+    """Per service and resource: the peak, capacity, use of today's nodes, nodes needed now and at
+    the horizon, days until today's nodes run out of headroom, and the date that happens. Only with
+    `min_history_days` of history does anything come from the trend."""
     usable = F.col("capacity_per_node") * F.lit(1.0 - cfg.headroom)
-    horizon_peak = F.greatest(F.col("peak"), F.coalesce(
-        F.col("trend_now") + F.col("slope_per_day") * F.lit(cfg.horizon_days), F.col("peak")))
-    until = (F.when(F.col("trend_now") >= F.col("usable_total"), F.lit(0.0))
-             .when(F.col("slope_per_day") > 0,
+    enough = F.col("enough_history")
+    trend_at_horizon = F.col("trend_now") + F.col("slope_per_day") * F.lit(cfg.horizon_days)
+    peak_horizon = F.when(enough, F.greatest(F.col("peak"), F.coalesce(trend_at_horizon, F.col("peak"))))
+    over_now = (F.col("peak") >= F.col("usable_total")) | (enough & (F.col("trend_now") >= F.col("usable_total")))
+    until = (F.when(over_now, F.lit(0.0))
+             .when(enough & (F.col("slope_per_day") > 0),
                    (F.col("usable_total") - F.col("trend_now")) / F.col("slope_per_day")))
     return (trends(daily).join(_capacity_rows(daily, cfg), ["service", "resource"])
             .where(F.col("capacity_per_node").isNotNull() & (F.col("capacity_per_node") > 0))
+            .withColumn("enough_history", F.col("days") >= F.lit(cfg.min_history_days))
             .withColumn("usable_per_node", usable)
             .withColumn("usable_total", F.col("usable_per_node") * F.col("nodes"))
+            .withColumn("utilisation", F.col("peak") / F.col("usable_total"))
             .withColumn("nodes_needed", F.greatest(F.lit(1), F.ceil(F.col("peak") / F.col("usable_per_node"))))
-            .withColumn("nodes_needed_horizon", F.greatest(F.lit(1), F.ceil(horizon_peak / F.col("usable_per_node"))))
+            .withColumn("peak_horizon", peak_horizon)
+            .withColumn("nodes_needed_horizon", F.when(  # greatest() skips nulls: keep "no forecast" null
+                enough, F.greatest(F.lit(1), F.ceil(F.col("peak_horizon") / F.col("usable_per_node")))))
             .withColumn("days_until_full", until)
             .withColumn("full_on", F.date_add("last_day", F.floor(F.col("days_until_full")).cast("int")))
-            .select("service", "resource", "days", "peak", "trend_now", "slope_per_day", "r2", "capacity_per_node",
-                    "usable_per_node", "nodes", "nodes_needed", "nodes_needed_horizon", "days_until_full", "full_on"))
+            .select("service", "resource", "days", "enough_history", "peak", "trend_now", "slope_per_day", "r2",
+                    "capacity_per_node", "usable_per_node", "nodes", "utilisation", "nodes_needed", "peak_horizon",
+                    "nodes_needed_horizon", "days_until_full", "full_on"))
 
 
 def plan_by_service(per_resource: DataFrame) -> DataFrame:
-    """One line per service: the most nodes any resource needs, and the soonest it runs out."""
+    """One line per service: the most nodes any resource needs, the soonest one fills and which
+    (`limiting_resource`, null when none fills), and the most used resource today (`busiest_resource`)."""
     first = Window.partitionBy("service").orderBy(F.col("days_until_full").asc_nulls_last(), "resource")
+    busiest = Window.partitionBy("service").orderBy(F.col("utilisation").desc_nulls_last(), "resource")
     return (per_resource.withColumn("rank", F.row_number().over(first))
+            .withColumn("use_rank", F.row_number().over(busiest))
             .groupBy("service").agg(
-                F.max("nodes").cast("long").alias("nodes"), F.max("nodes_needed").alias("nodes_needed"),
+                F.max("nodes").cast("long").alias("nodes"), F.min("days").alias("days"),
+                F.bool_and("enough_history").alias("enough_history"),
+                F.max("nodes_needed").alias("nodes_needed"),
                 F.max("nodes_needed_horizon").alias("nodes_needed_horizon"),
                 F.min("days_until_full").alias("days_until_full"), F.min("full_on").alias("full_on"),
-                F.first(F.when(F.col("rank") == 1, F.col("resource")), ignorenulls=True).alias("limiting_resource")))
+                F.first(F.when((F.col("rank") == 1) & F.col("days_until_full").isNotNull(), F.col("resource")),
+                        ignorenulls=True).alias("limiting_resource"),
+                F.max("utilisation").alias("utilisation"),
+                F.first(F.when(F.col("use_rank") == 1, F.col("resource")), ignorenulls=True).alias("busiest_resource")))
 
 
 def forecast(daily: DataFrame, cfg: CapacityConfig) -> DataFrame:
-    """service, resource, day, peak (observed or null), trend: from the first day to the horizon."""
-    t = trends(daily)
+    """service, resource, day, peak (observed or null), trend: from the first day to the horizon when
+    there is enough history, else the observed days only with a null trend."""
+    t = trends(daily).withColumn("enough", F.col("days") >= F.lit(cfg.min_history_days))
     days = (_long_peaks(daily).groupBy("service", "resource").agg(F.min("day").alias("d0"))
-            .join(t.select("service", "resource", "last_day", "slope_per_day", "intercept"), ["service", "resource"])
-            .select("service", "resource", "slope_per_day", "intercept", F.explode(F.sequence(
-                "d0", F.date_add("last_day", cfg.horizon_days))).alias("day")))
+            .join(t.select("service", "resource", "last_day", "slope_per_day", "intercept", "enough"),
+                  ["service", "resource"])
+            .select("service", "resource", "slope_per_day", "intercept", "enough", F.explode(F.sequence(
+                "d0", F.date_add("last_day", F.when(F.col("enough"), cfg.horizon_days).otherwise(0)))).alias("day")))
     observed = _long_peaks(daily).select("service", "resource", "day", "peak")
-    trend = F.greatest(F.lit(0.0), F.col("intercept") + F.col("slope_per_day") * F.unix_date("day"))
+    trend = F.when(F.col("enough"), F.greatest(F.lit(0.0), F.col("intercept") + F.col("slope_per_day")
+                                               * F.unix_date("day")))
     return (days.join(observed, ["service", "resource", "day"], "left")
             .select("service", "resource", "day", "peak", trend.alias("trend")))

@@ -34,11 +34,13 @@ class ReportResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def build_tables(events: DataFrame, cfg: CapacityConfig, held: list[DataFrame] | None = None) -> dict[str, DataFrame]:
+def build_tables(events: DataFrame, cfg: CapacityConfig, held: list[DataFrame] | None = None,
+                 rate_window: int = 1) -> dict[str, DataFrame]:
     """Every result table from the events dataset (lazy). Intermediate results that several tables
-    share are persisted and appended to `held` for the caller to unpersist."""
+    share are persisted and appended to `held` for the caller to unpersist. `rate_window`: the slot
+    (seconds) of the peak byte rate, see `load.rate_window`."""
     held = [] if held is None else held
-    per_minute = load.load_per_minute(events, held).persist(StorageLevel.MEMORY_AND_DISK)
+    per_minute = load.load_per_minute(events, held, rate_window).persist(StorageLevel.MEMORY_AND_DISK)
     daily = load.daily_peaks(per_minute).persist(StorageLevel.MEMORY_AND_DISK)
     facts = sessions.session_facts(events)
     # two passes over the sessions serve the four session tables (both results are small)
@@ -80,14 +82,18 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
     res = ReportResult(ingest=ingest(spark, logs, out, log=log))
     log(f"ingest: {res.ingest.summary()}")
     res.seconds["ingest"] = time.monotonic() - t0
-    collected = write_tables(spark, spark.read.parquet(f"{out}/events"), out, cfg, res)
-    days = [r["day"] for r in collected.pop("daily_peaks")]
-    res.events = sum(n for n in _manifest_days(spark, out).values())
+    events = spark.read.parquet(f"{out}/events")
+    resolution = load.time_resolution(events)  # one small job: how finely the logs place sessions in time
+    window = load.rate_window(resolution)
+    collected = write_tables(spark, events, out, cfg, res, window)
+    collected["daily"] = collected.pop("daily_peaks")
+    days = _manifest_days(spark, out)
+    res.events = sum(n for n in days.values())
     meta = {"generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "logs": logs,
-            "events": res.events, "first_day": min(days, default=None), "last_day": max(days, default=None),
+            "events": res.events, "days": sorted(d for d, n in days.items() if n),
             "ingest": res.ingest.summary(), "rejected": res.ingest.rejected,
-            "unknown_versions": res.ingest.unknown_versions, "headroom": cfg.headroom,
-            "horizon_days": cfg.horizon_days}
+            "unknown_versions": res.ingest.unknown_versions, "assumptions": cfg.assumptions(),
+            "time_resolution": resolution, "rate_window": window}
     html = report.render({"meta": meta, **collected})
     res.html = f"{out}/report.html"
     if "://" in out or out.startswith(("file:", "hdfs:", "s3a:", "gs:", "abfs:")):
@@ -101,10 +107,10 @@ def run_report(spark: SparkSession, logs: list[str], out: str, cfg: CapacityConf
 
 
 def write_tables(spark: SparkSession, events: DataFrame, out: str, cfg: CapacityConfig,
-                 res: ReportResult) -> dict[str, list[dict]]:
+                 res: ReportResult, rate_window: int = 1) -> dict[str, list[dict]]:
     """Every table to Parquet + CSV; returns the rows of the report's tables (and daily_peaks)."""
     held: list[DataFrame] = []
-    tables = build_tables(events, cfg, held)
+    tables = build_tables(events, cfg, held, rate_window)
     collected: dict[str, list[dict]] = {}
     try:
         for name, df in tables.items():

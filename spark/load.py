@@ -11,12 +11,17 @@ and one that starts at t never overlap). Each interval carries weights:
 | relay / connection    | 1        | 1                                                 | bytes_in    |
 
 Bytes count each relayed byte once (what clients sent into the relay) and are spread evenly over
-the interval's lifetime (a zero-length interval puts them in its start minute).
+the time they can have moved: a transit pair's bytes over the time both sides were there (from
+started + waiting_time), everything else over its whole interval (a zero-length interval puts them
+in its start instant). The logs carry each session's total, not when within it the bytes moved, so
+an even spread is the finest honest assumption.
 
 Per minute: `sessions_peak` / `connections_peak` are the exact maximum concurrency inside the
 minute (a sweep over +1/-1 steps), `*_avg` the time-weighted mean (overlap seconds / 60),
-`bytes` the bytes spread into the minute and `bytes_per_s` = bytes / 60, `starts` the sessions that
-began in it. Per hour: peaks, and p50/p95/p99 over the hour's minutes (exact `percentile`).
+`bytes` the bytes spread into the minute and `bytes_per_s` = bytes / 60 (the minute's mean rate),
+`bytes_per_s_peak` the busiest one-second window of the minute (or of `window` seconds when the
+logs' times are rounded more coarsely, see `time_resolution`), `starts` the sessions that began in
+it. Per hour: peaks, and p50/p95/p99 over the hour's minutes (exact `percentile`).
 """
 
 from __future__ import annotations
@@ -55,21 +60,23 @@ def intervals(events: DataFrame) -> DataFrame:
     service's index in SERVICES.
 
     One scan: each event yields its own interval and, for a paired transit session, the second
-    connection's; an explode of that two-element array keeps the plan free of unions."""
+    connection's (which carries the pair's bytes: nothing is relayed before both sides are there);
+    an explode of that two-element array keeps the plan free of unions."""
     svc, kind = F.col("service"), F.col("event")
     is_mailbox = (svc == "mailbox") & (kind == "mailbox")
     is_conn = (svc == "mailbox") & (kind == "connection")
     is_transit = (svc == "transit") & (kind == "session")
     is_relay = (svc == "relay") & (kind == "connection")
+    paired = is_transit & F.col("waiting_time").isNotNull()
     end = F.col("started") + F.col("duration")
     nbytes = (F.when(is_mailbox, F.col("bytes")).when(is_transit, F.col("total_bytes"))
               .when(is_relay, F.col("bytes_in")).otherwise(0)).cast("double")
     first = F.struct(F.col("started").alias("start"), end.alias("end"),
                      F.when(is_conn, 0).otherwise(1).alias("w_sess"), F.when(is_mailbox, 0).otherwise(1).alias("w_conn"),
-                     nbytes.alias("bytes"))
-    second = F.when(is_transit & F.col("waiting_time").isNotNull(), F.struct(
+                     F.when(paired, F.lit(0.0)).otherwise(nbytes).alias("bytes"))
+    second = F.when(paired, F.struct(
         (F.col("started") + F.col("waiting_time")).alias("start"), end.alias("end"), F.lit(0).alias("w_sess"),
-        F.lit(1).alias("w_conn"), F.lit(0.0).alias("bytes")))
+        F.lit(1).alias("w_conn"), nbytes.alias("bytes")))
     return (events.where(is_mailbox | is_conn | is_transit | is_relay)
             .select(_service_code(svc).alias("svc"), F.explode(F.array(first, second)).alias("i"))
             .where(F.col("i").isNotNull()).select("svc", "i.*"))
@@ -79,20 +86,51 @@ def _minute_of(t: Column) -> Column:
     return F.floor(t / MINUTE).cast("long")
 
 
-def _peaks(iv: DataFrame) -> DataFrame:
+def _step(t: Column, ds: Column, dc: Column, st: Column, dr: Column, pb: Column, is_bytes: bool) -> Column:
+    return F.struct(t.cast("double").alias("t"), ds.alias("ds"), dc.alias("dc"), st.alias("st"),
+                    dr.cast("double").alias("dr"), pb.cast("double").alias("pb"), F.lit(is_bytes).alias("b"))
+
+
+def _byte_steps(window: int) -> list[Column]:
+    """An interval's bytes as rows of the sweep, in slots of `window` seconds (slot k is [k w, (k+1) w)):
+    the partial first slot, a +bytes-per-slot step at the first slot it fills, a - step and the partial
+    last slot. The bytes of slot k are then the sum of the steps up to k plus the partials in k, and
+    never less in a slot with rows than in the empty slots after it (partials are never negative)."""
+    s, e, b = F.col("start"), F.col("end"), F.col("bytes")
+    first, last = F.floor(s / window), F.ceil(e / window) - 1
+    one_slot = (e <= s) | (last <= first)
+    rate = b / (e - s)  # bytes per second, even over the interval
+    full = rate * window  # bytes in a slot it fills
+    zero = F.lit(0)
+    spans = (b > 0) & ~one_slot
+    return [
+        F.when(b > 0, _step(first * window, zero, zero, zero, zero,
+                            F.when(one_slot, b).otherwise(rate * ((first + 1) * window - s)), True)),
+        F.when(spans, _step((first + 1) * window, zero, zero, zero, full, zero, True)),
+        F.when(spans, _step(last * window, zero, zero, zero, -full, rate * (e - last * window), True)),
+    ]
+
+
+def _peaks(iv: DataFrame, window: int) -> DataFrame:
     """Exact in-minute maxima: a sweep of +w at start and -w at end. The running sum over a RANGE
-    frame applies every step at the same instant together, so each prefix is a real concurrency."""
+    frame applies every step at the same instant together, so each prefix is a real concurrency.
+    The same sort serves the busiest byte slot: its rows sit at the slot's first instant."""
+    zero = F.lit(0)
     steps = iv.select("svc", F.explode(F.array(
-        F.struct(F.col("start").alias("t"), F.col("w_sess").alias("ds"), F.col("w_conn").alias("dc"),
-                 F.col("w_sess").alias("st")),
-        F.struct(F.col("end").alias("t"), (-F.col("w_sess")).alias("ds"), (-F.col("w_conn")).alias("dc"),
-                 F.lit(0).alias("st")))).alias("s")).select("svc", "s.*")
-    steps = steps.select(_key(F.col("svc"), _minute_of(F.col("t"))).alias("key"), "t", "ds", "dc", "st")
-    w = Window.partitionBy("key").orderBy("t").rangeBetween(Window.unboundedPreceding, Window.currentRow)
-    return (steps.select("key", "t", "ds", "dc", "st", F.sum("ds").over(w).alias("ps"), F.sum("dc").over(w).alias("pc"))
+        _step(F.col("start"), F.col("w_sess"), F.col("w_conn"), F.col("w_sess"), zero, zero, False),
+        _step(F.col("end"), -F.col("w_sess"), -F.col("w_conn"), zero, zero, zero, False),
+        *_byte_steps(window))).alias("s")).where(F.col("s").isNotNull()).select("svc", "s.*")
+    steps = steps.select(_key(F.col("svc"), _minute_of(F.col("t"))).alias("key"), "t", "ds", "dc", "st", "dr", "pb", "b")
+    w = Window.partitionBy("key").orderBy("t")
+    upto = w.rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    slot_bytes = F.sum("dr").over(upto) + F.sum("pb").over(w.rangeBetween(Window.currentRow, Window.currentRow))
+    return (steps.select("key", "t", "ds", "dc", "st", "dr", "b", F.sum("ds").over(upto).alias("ps"),
+                         F.sum("dc").over(upto).alias("pc"), F.when(F.col("b"), slot_bytes).alias("pr"))
             .groupBy("key")
             .agg(F.sum("ds").alias("net_s"), F.sum("dc").alias("net_c"), F.max("ps").alias("max_ps"),
-                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"), F.min("t").alias("t_first")))
+                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"), F.min("t").alias("t_first"),
+                 F.sum("dr").alias("net_r"), F.max("pr").alias("max_pr"),
+                 F.min(F.when(F.col("b"), F.col("t"))).alias("tb_first")))
 
 
 def _spread(iv: DataFrame) -> DataFrame:
@@ -109,19 +147,22 @@ def _spread(iv: DataFrame) -> DataFrame:
                  F.sum(share).alias("bytes")))
 
 
-def _with_carry(max_prefix: str) -> Column:
-    return F.when(F.col("carry"), F.greatest(F.col(max_prefix), F.lit(0))).otherwise(F.col(max_prefix))
+def _with_carry(max_prefix: str, carry: str = "carry") -> Column:
+    return F.when(F.col(carry), F.greatest(F.col(max_prefix), F.lit(0))).otherwise(F.col(max_prefix))
 
 
-def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None) -> DataFrame:
+def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None, window: int = 1) -> DataFrame:
     """service, minute (timestamp), sessions_peak, sessions_avg, connections_peak, connections_avg,
-    bytes, bytes_per_s, starts: one row for every minute from each service's first to last.
+    bytes, bytes_per_s, bytes_per_s_peak, starts: one row for every minute from each service's first
+    to last. `window` (seconds, a divisor of 60) is the slot of `bytes_per_s_peak`.
 
     With `held`, the sweep's result (a row per service-minute) is cached and appended there for the
     caller to unpersist: without the cache the optimiser prunes the sweep out of the grid's branch
     and reads every event a third time just for each service's first and last minute."""
+    if window <= 0 or MINUTE % window:
+        raise ValueError(f"window must divide {MINUTE} s, got {window}")
     iv = intervals(events).where(F.col("end") >= F.col("start"))
-    peaks = _peaks(iv)
+    peaks = _peaks(iv, window)
     if held is not None:
         peaks = peaks.persist(StorageLevel.MEMORY_AND_DISK)
         held.append(peaks)
@@ -133,12 +174,16 @@ def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None) -> D
     table = (grid.join(peaks, "key", "left").join(spread, "key", "left")
              .withColumn("minute", F.col("key") - F.shiftleft(F.col("svc"), KEY_BITS))
              # the level carried in from the previous minute is only reached if nothing happens
-             # exactly at the minute's first instant
+             # exactly at the minute's first instant (the same for the byte rate and its first slot)
              .withColumn("carry", F.coalesce(F.col("t_first") > F.col("minute") * MINUTE, F.lit(True)))
+             .withColumn("carry_r", F.coalesce(F.col("tb_first") > F.col("minute") * MINUTE, F.lit(True)))
              .fillna(0))
     before = Window.partitionBy("svc").orderBy("key").rowsBetween(Window.unboundedPreceding, -1)
     level_s = F.coalesce(F.sum("net_s").over(before), F.lit(0))
     level_c = F.coalesce(F.sum("net_c").over(before), F.lit(0))
+    level_r = F.coalesce(F.sum("net_r").over(before), F.lit(0.0))
+    # +rate and -rate steps cancel only up to rounding: never report a tiny negative rate
+    slot_peak = F.greatest(level_r + _with_carry("max_pr", "carry_r"), F.lit(0.0))
     return (table.select(
         _service_name(F.col("svc")).alias("service"),
         F.timestamp_seconds(F.col("minute") * MINUTE).alias("minute"),
@@ -148,15 +193,43 @@ def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None) -> D
         (F.col("conn_s") / MINUTE).alias("connections_avg"),
         F.col("bytes").cast("double").alias("bytes"),
         (F.col("bytes") / MINUTE).alias("bytes_per_s"),
+        (slot_peak / window).alias("bytes_per_s_peak"),
         F.col("starts").cast("long").alias("starts")))
 
 
+# Steps (seconds) that every session start may be a multiple of: --blur-usage rounds `started` down
+# to its interval. The busiest-slot rate uses the finest one that divides a minute.
+RESOLUTIONS = (86400, 3600, 1800, 900, 600, 300, 60, 30, 15, 10, 5, 2, 1)
+
+
+def time_resolution(events: DataFrame) -> float | None:
+    """The coarsest of RESOLUTIONS that every session start is a multiple of, 0.0 when starts carry
+    fractions of a second, None when there are no sessions. One small job over one column."""
+    started = F.col("started")
+    row = events.where(started.isNotNull() & (F.col("event") != "stats")).agg(
+        F.count(started).alias("n"), *[F.min((started % n == 0).cast("int")).alias(f"r{n}") for n in RESOLUTIONS]
+    ).first()
+    if not row or not row["n"]:
+        return None
+    return next((float(n) for n in RESOLUTIONS if row[f"r{n}"] == 1), 0.0)
+
+
+def rate_window(resolution: float | None) -> int:
+    """The slot of `bytes_per_s_peak` for logs of that time resolution: 1 s, the rounding step when
+    it divides a minute, else the minute itself."""
+    if not resolution or resolution <= 1:
+        return 1
+    return int(resolution) if resolution < MINUTE and MINUTE % resolution == 0 else MINUTE
+
+
 def load_per_hour(per_minute: DataFrame) -> DataFrame:
-    """Hourly peaks and exact p50/p95/p99 over the hour's minutes, per service."""
+    """Hourly peaks and exact p50/p95/p99 over the hour's minutes, per service. `bytes_per_s_peak`
+    is the busiest slot (second) of the hour, `bytes_per_s_busiest_minute` the highest minute mean,
+    `bytes_per_s_p50/95/99` percentiles of the minute means."""
     aggs = [F.max("sessions_peak").alias("sessions_peak"), F.avg("sessions_avg").alias("sessions_avg"),
             F.max("connections_peak").alias("connections_peak"), F.avg("connections_avg").alias("connections_avg"),
-            F.sum("bytes").alias("bytes"), F.max("bytes_per_s").alias("bytes_per_s_peak"),
-            F.sum("starts").alias("starts")]
+            F.sum("bytes").alias("bytes"), F.max("bytes_per_s_peak").alias("bytes_per_s_peak"),
+            F.max("bytes_per_s").alias("bytes_per_s_busiest_minute"), F.sum("starts").alias("starts")]
     cols = ("sessions_peak", "connections_peak", "bytes_per_s")
     for col in cols:  # one aggregate per column for all three percentiles
         aggs.append(F.percentile(col, [0.5, 0.95, 0.99]).alias(f"_{col}"))
@@ -172,10 +245,12 @@ COMPLETE_DAY_MINUTES = 23 * 60  # a day with less coverage is a partial first or
 
 
 def daily_peaks(per_minute: DataFrame) -> DataFrame:
-    """service, day, the day's peak concurrency and peak bytes/s (the capacity plan's input), and
-    `complete`: the service's logs cover at least 23 hours of that day."""
+    """service, day, the day's peak concurrency and peak bytes/s (busiest slot: the capacity plan's
+    input), the busiest minute's mean rate, and `complete`: the service's logs cover at least 23
+    hours of that day."""
     return (per_minute.groupBy("service", F.to_date("minute").alias("day"))
             .agg(F.max("sessions_peak").alias("sessions_peak"), F.max("connections_peak").alias("connections_peak"),
-                 F.max("bytes_per_s").alias("bytes_per_s_peak"), F.sum("bytes").alias("bytes"),
+                 F.max("bytes_per_s_peak").alias("bytes_per_s_peak"),
+                 F.max("bytes_per_s").alias("bytes_per_s_busiest_minute"), F.sum("bytes").alias("bytes"),
                  F.sum("starts").alias("sessions"), F.count(F.lit(1)).alias("minutes"))
             .withColumn("complete", F.col("minutes") >= COMPLETE_DAY_MINUTES))

@@ -29,7 +29,7 @@ def daily(spark):
                                        "bytes_per_s_peak double, minutes long, complete boolean")
 
 
-CFG = CapacityConfig(headroom=0.5, horizon_days=10, services={
+CFG = CapacityConfig(headroom=0.5, horizon_days=10, min_history_days=3, services={
     "transit": NodeCapacity(nodes=1, sessions=1000, connections=100, bytes_per_s=None),
     "relay": NodeCapacity(nodes=2, sessions=40, connections=None, bytes_per_s=None),
 })
@@ -51,13 +51,30 @@ def test_plan(daily):
     assert (s["usable_per_node"], s["nodes_needed"]) == (500.0, 1)
     assert s["days_until_full"] == pytest.approx(1.0) and s["full_on"] == dt.date(2026, 1, 5)
     assert s["nodes_needed_horizon"] == 3  # 400 + 10 days x 100 = 1400 over 500 usable
+    assert (s["enough_history"], s["peak_horizon"], s["utilisation"]) == (True, pytest.approx(1400.0), 0.8)
     c = got[("transit", "connections")]
     assert c["days_until_full"] is None and c["nodes_needed"] == 1  # flat trend never fills
     r = got[("relay", "sessions")]  # 50 at peak, 2 nodes x 20 usable: already over
     assert (r["nodes_needed"], r["days_until_full"]) == (3, 0.0)
+    # one partial day is no history: no forecast, but over capacity is an observation
+    assert (r["enough_history"], r["nodes_needed_horizon"], r["peak_horizon"]) == (False, None, None)
     by = {x["service"]: x for x in plan_by_service(plan(daily, CFG)).collect()}
     assert by["transit"]["limiting_resource"] == "sessions" and by["transit"]["days_until_full"] == 1.0
     assert by["relay"]["nodes_needed"] == 3 and by["relay"]["nodes"] == 2
+    assert by["relay"]["limiting_resource"] == "sessions" and by["relay"]["enough_history"] is False
+
+
+def test_without_enough_history_nothing_is_forecast(daily):
+    short = CapacityConfig(headroom=0.5, horizon_days=10, min_history_days=14, services=CFG.services)
+    got = {(r["service"], r["resource"]): r for r in plan(daily, short).collect()}
+    s = got[("transit", "sessions")]  # 4 days of a rising line, but 14 are needed
+    assert (s["enough_history"], s["days"], s["nodes_needed"]) == (False, 4, 1)
+    assert (s["days_until_full"], s["full_on"], s["nodes_needed_horizon"], s["peak_horizon"]) == (None,) * 4
+    by = {x["service"]: x for x in plan_by_service(plan(daily, short)).collect()}
+    assert by["transit"]["limiting_resource"] is None and by["transit"]["nodes_needed_horizon"] is None
+    assert by["transit"]["busiest_resource"] == "sessions" and by["transit"]["utilisation"] == 0.8
+    rows = [r for r in forecast(daily, short).collect() if (r["service"], r["resource"]) == ("transit", "sessions")]
+    assert sorted(r["peak"] for r in rows) == [100, 200, 300, 400] and {r["trend"] for r in rows} == {None}
 
 
 def test_forecast_runs_to_the_horizon(daily):
@@ -80,6 +97,25 @@ def test_config_file(tmp_path):
     f.write_text("headroom = 1.5\n")
     with pytest.raises(CapacityConfigError, match="headroom"):
         load_capacity(str(f))
+    for bad in ("[relay]\nsessions = -5\n", "[relay]\nnodes = 1.5\n", "[relay]\nsessions = 'many'\n",
+                "min_history_days = 1\n", "horizon_days = 0\n"):
+        f.write_text(bad)
+        with pytest.raises(CapacityConfigError):
+            load_capacity(str(f))
+
+
+def test_assumptions_say_where_each_figure_came_from(tmp_path):
+    f = tmp_path / "cap.toml"
+    f.write_text("min_history_days = 7\n[transit]\nnodes = 2\nbytes_per_s = 1e9\n")
+    a = load_capacity(str(f)).assumptions()
+    assert a["min_history_days"] == {"value": 7, "source": str(f)}
+    assert a["headroom"] == {"value": 0.3, "source": "default"} and a["path"] == str(f)
+    rows = {(r["service"], r["resource"]): r for r in a["per_node"]}
+    assert rows[("transit", "bytes_per_s")] | {} == {"service": "transit", "resource": "bytes_per_s", "nodes": 2,
+                                                     "nodes_source": str(f), "capacity": 1e9, "source": str(f)}
+    assert rows[("transit", "sessions")]["source"] == "default"
+    assert [r["service"] for r in a["per_node"]][::3] == ["mailbox", "transit", "relay"]
+    assert load_capacity(None).assumptions()["path"] is None
 
 
 def test_config_rows_are_jvm_literals_and_may_be_empty(daily):

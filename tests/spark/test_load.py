@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+import random
 
 import pytest
 
-from burrow.spark.load import daily_peaks, load_per_hour, load_per_minute
+from burrow.spark.load import daily_peaks, load_per_hour, load_per_minute, rate_window, time_resolution
 
 from .conftest import event, events_df
 
@@ -53,6 +55,8 @@ def test_mailbox_minutes(per_minute):
     assert (m0["sessions_peak"], m0["sessions_avg"], m0["connections_peak"], m0["connections_avg"]) == (2, 1.5, 1, 0.5)
     assert m0["bytes"] == pytest.approx(900.0) and m0["starts"] == 2
     assert m0["bytes_per_s"] == pytest.approx(15.0)
+    # the busiest second: 10 B/s from A alone until 30, then 20 B/s with B
+    assert m0["bytes_per_s_peak"] == pytest.approx(20.0)
     m1 = per_minute[("mailbox", minute(1))]
     assert (m1["sessions_peak"], m1["sessions_avg"], m1["connections_peak"], m1["connections_avg"]) == (2, 1.0, 0, 0.0)
     assert m1["bytes"] == pytest.approx(600.0) and m1["starts"] == 0
@@ -64,6 +68,8 @@ def test_transit_counts_both_connections_of_a_pair(per_minute):
     assert (m2["sessions_peak"], m2["connections_peak"]) == (1, 2)
     assert m2["connections_avg"] == pytest.approx(100 / 60)
     assert m2["bytes"] == pytest.approx(1200.0)
+    # the pair's bytes move once both sides are there: 1200 B over [140, 180) is 30 B/s, not 20
+    assert m2["bytes_per_s_peak"] == pytest.approx(30.0) and m2["bytes_per_s"] == pytest.approx(20.0)
     # the pair ended exactly at 180: nothing is open in minute 3
     m3 = per_minute[("transit", minute(3))]
     assert (m3["sessions_peak"], m3["connections_peak"], m3["bytes"]) == (0, 0, 0.0)
@@ -75,6 +81,8 @@ def test_relay_ends_at_the_minute_boundary_are_not_counted(per_minute):
     m4 = per_minute[("relay", minute(4))]
     assert m4["sessions_peak"] == 3 and m4["starts"] == 2  # 250 and 290 join the one from 200
     # at 300 three end and one starts: minute 5 never sees more than one
+    assert per_minute[("relay", minute(3))]["bytes_per_s_peak"] == pytest.approx(1.0)
+    assert m4["bytes_per_s_peak"] == pytest.approx(3.0)  # 1 B/s each, all three in [290, 300)
     m5 = per_minute[("relay", minute(5))]
     assert m5["sessions_peak"] == 1 and m5["sessions_avg"] == pytest.approx(0.5)
     assert m5["bytes"] == pytest.approx(30.0)
@@ -86,9 +94,10 @@ def test_hourly_percentiles_and_daily_peaks(spark, per_minute):
     from pyspark.sql import Row
 
     rows = [Row(service="relay", minute=minute(m), sessions_peak=m, sessions_avg=float(m), connections_peak=2 * m,
-                connections_avg=0.0, bytes=60.0 * m, bytes_per_s=float(m), starts=1) for m in range(60)]
+                connections_avg=0.0, bytes=60.0 * m, bytes_per_s=float(m), bytes_per_s_peak=2.0 * m, starts=1)
+            for m in range(60)]
     rows.append(Row(service="relay", minute=minute(60), sessions_peak=500, sessions_avg=1.0, connections_peak=7,
-                    connections_avg=0.0, bytes=6000.0, bytes_per_s=100.0, starts=3))
+                    connections_avg=0.0, bytes=6000.0, bytes_per_s=100.0, bytes_per_s_peak=250.0, starts=3))
     df = spark.createDataFrame(rows)
     hours = load_per_hour(df).collect()
     h0 = hours[0]
@@ -97,9 +106,77 @@ def test_hourly_percentiles_and_daily_peaks(spark, per_minute):
     assert h0["sessions_p50"] == pytest.approx(29.5)
     assert h0["sessions_p95"] == pytest.approx(56.05)
     assert h0["sessions_p99"] == pytest.approx(58.41)
-    assert h0["bytes_per_s_p50"] == pytest.approx(29.5) and h0["bytes_per_s_peak"] == 59.0
+    assert h0["bytes_per_s_p50"] == pytest.approx(29.5)  # percentiles of the minute means
+    assert (h0["bytes_per_s_peak"], h0["bytes_per_s_busiest_minute"]) == (118.0, 59.0)
     assert hours[1]["sessions_peak"] == 500 and hours[1]["sessions_p99"] == 500
     day = daily_peaks(df).collect()
     assert len(day) == 1
     assert (day[0]["sessions_peak"], day[0]["connections_peak"], day[0]["bytes_per_s_peak"], day[0]["sessions"]) == (
-        500, 118, 100.0, 63)
+        500, 118, 250.0, 63)
+    assert day[0]["bytes_per_s_busiest_minute"] == 100.0
+
+
+def _relay(started: float, duration: float, nbytes: int) -> dict:
+    return event("relay", "connection", started=started, duration=duration, protocol="derp", transport="upgrade",
+                 tls=True, home=True, packets_in=1, packets_out=1, bytes_in=nbytes, bytes_out=0, drops={},
+                 close_reason="client")
+
+
+def _brute_force_peaks(spans: list[tuple[float, float, int]], window: int) -> dict[int, float]:
+    """minute -> the busiest slot's bytes / window, by summing every interval's even share into
+    every slot it touches (a zero-length interval: all of it in its start slot)."""
+    slots: dict[int, float] = {}
+    for s, d, b in spans:
+        e = s + d
+        k = math.floor(s / window)
+        while k * window < e or (d == 0 and k == math.floor(s / window)):
+            share = b if d == 0 else b * (min(e, (k + 1) * window) - max(s, k * window)) / d
+            slots[k] = slots.get(k, 0.0) + share
+            k += 1
+            if d == 0:
+                break
+    lo = min(math.floor(s / 60) for s, _, _ in spans)
+    hi = max(math.floor((s + d) / 60) for s, d, _ in spans)
+    return {m: max(slots.get(k, 0.0) for k in range(m * 60 // window, (m + 1) * 60 // window)) / window
+            for m in range(lo, hi + 1)}
+
+
+@pytest.mark.parametrize("window", [1, 10, 60])
+def test_busiest_slot_matches_a_brute_force_sum(spark, window):
+    """Random intervals (sub-second, zero-length, on slot and minute boundaries, hours long) against a
+    slot-by-slot sum; with a 60 s slot the peak is the minute's mean."""
+    rnd = random.Random(window)
+    spans = []
+    for _ in range(120):
+        s = rnd.choice([rnd.uniform(0, 900), float(rnd.randint(0, 900)), 60.0 * rnd.randint(0, 15)])
+        d = rnd.choice([0.0, rnd.uniform(0, 0.9), rnd.uniform(0, 30), rnd.uniform(0, 400), float(rnd.randint(1, 90))])
+        spans.append((s, d, rnd.randint(0, 10_000_000)))
+    table = load_per_minute(events_df(spark, [_relay(s, d, b) for s, d, b in spans]), window=window).collect()
+    got = {int(r["minute"].timestamp()) // 60: r for r in table}
+    want = _brute_force_peaks(spans, window)
+    assert set(got) == set(want)
+    for m, peak in want.items():
+        assert got[m]["bytes_per_s_peak"] == pytest.approx(peak, rel=1e-9, abs=1e-6), m
+        assert got[m]["bytes_per_s_peak"] >= got[m]["bytes_per_s"] - 1e-6
+        if window == 60:
+            assert got[m]["bytes_per_s_peak"] == pytest.approx(got[m]["bytes_per_s"], rel=1e-9, abs=1e-6)
+
+
+def test_a_burst_shows_at_its_own_rate_beside_the_minute_mean(spark):
+    """1 GB relayed in 4 s is 250 MB/s in each of those seconds, and a 16.7 MB/s minute mean."""
+    burst = event("transit", "session", started=600.0, duration=10.0, waiting_time=6.0, mood="happy",
+                  transport="tcp", bytes_from_first=10**9, bytes_from_second=0, total_bytes=10**9)
+    (row,) = load_per_minute(events_df(spark, [burst])).collect()
+    assert row["bytes_per_s_peak"] == pytest.approx(250e6)
+    assert row["bytes_per_s"] == pytest.approx(1e9 / 60)
+
+
+def test_time_resolution_of_blurred_and_exact_logs(spark):
+    exact = [_relay(1000.25, 5.0, 10), _relay(2000.0, 1.0, 10)]
+    assert time_resolution(events_df(spark, exact)) == 0.0
+    blurred = [_relay(3600.0 * k, 5.0, 10) for k in (1, 2)] + [_relay(3600.0 * 3 + 60, 1.0, 1)]
+    assert time_resolution(events_df(spark, blurred)) == 60.0
+    assert time_resolution(events_df(spark, [event("relay", "stats", ts=5.0, interval=60.0, clients=1,
+                                                   packets_interval=1, bytes_interval=1, drops_interval={},
+                                                   stun_interval=0)])) is None
+    assert [rate_window(r) for r in (None, 0.0, 1.0, 10.0, 60.0, 3600.0)] == [1, 1, 1, 10, 60, 60]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import struct
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from burrow.spark.capacity import load_capacity
 from burrow.spark.generate import generate
 from burrow.spark.report import render
 
@@ -91,6 +93,20 @@ def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     return width, bpp, rows
 
 
+def screenshot(page: Path, tmp_path: Path, height: int) -> tuple[int, int, list[bytes]]:
+    """The page as headless Chromium draws it, 1200 px wide: (width, bytes per pixel, rows)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("Debian's chromium is needed for this test: apt-get install -y chromium")
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync", "--no-first-run",
+                    f"--user-data-dir={tmp_path / 'chromium'}", f"--screenshot={shot}",
+                    f"--window-size=1200,{height}", page.as_uri()], capture_output=True, timeout=120, check=False)
+    assert shot.exists(), "chromium wrote no screenshot"
+    return _png_pixels(shot)
+
+
 @pytest.mark.slow
 def test_report_process_and_chromium_screenshot(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -108,13 +124,7 @@ def test_report_process_and_chromium_screenshot(tmp_path):
     html = (out / "report.html").read_text()
     assert html.count("<svg") >= 20 and "<polyline" in html and "<rect" in html
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
-    shot = tmp_path / "shot.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run",
-                    f"--user-data-dir={tmp_path / 'chromium'}", f"--screenshot={shot}", "--window-size=1200,2000",
-                    (out / "report.html").as_uri()], capture_output=True, timeout=120, check=False)
-    assert shot.exists(), "chromium wrote no screenshot"
-    width, bpp, rows = _png_pixels(shot)
+    width, bpp, rows = screenshot(out / "report.html", tmp_path, 2000)
     total = ink = coloured = 0
     for row in rows:
         for i in range(0, len(row), bpp):
@@ -129,11 +139,56 @@ def test_report_process_and_chromium_screenshot(tmp_path):
     assert coloured > 500, "no chart lines or bars in the screenshot"
 
 
+def _meta(**kw) -> dict:
+    return {"generated": "now", "logs": ["x"], "events": 3, "days": ["2026-01-01", "2026-01-02"], "ingest": "",
+            "rejected": {}, "unknown_versions": {}, "assumptions": load_capacity(None).assumptions(),
+            "time_resolution": 0.0, "rate_window": 1} | kw
+
+
+def _data(**kw) -> dict:
+    return {"meta": _meta(), "load_hour": [], "outcomes": [], "summary": [], "distributions": [], "plan": [],
+            "plan_by_service": [], "forecast": [], "daily": []} | kw
+
+
 def test_render_needs_no_spark():
-    meta = {"generated": "now", "logs": ["x"], "events": 3, "first_day": "2026-01-01", "last_day": "2026-01-02",
-            "ingest": "", "rejected": {"malformed": 1}, "unknown_versions": {2: 1}, "headroom": 0.3,
-            "horizon_days": 5}
-    html = render({"meta": meta, "load_hour": [], "outcomes": [
-        {"service": "transit", "kind": "session", "outcome": "happy", "sessions": 3}],
-        "summary": [], "distributions": [], "plan": [], "plan_by_service": [], "forecast": []})
-    assert "v=2: 1 lines" in html and "malformed: 1" in html and html.count("<svg") == 1
+    html = render(_data(meta=_meta(rejected={"malformed": 1}, unknown_versions={2: 1})))
+    assert "v=2: 1 lines" in html and "malformed: 1" in html and "Logs from 2026-01-01 to 2026-01-02" in html
+
+
+def _plan_row(**kw) -> dict:
+    row = {"service": "relay", "resource": "sessions", "days": 3, "enough_history": False, "peak": 500.0,
+           "trend_now": 480.0, "slope_per_day": 10.0, "r2": 0.9, "capacity_per_node": 400.0, "usable_per_node": 280.0,
+           "nodes": 1.0, "utilisation": 500 / 280, "nodes_needed": 2, "peak_horizon": None,
+           "nodes_needed_horizon": None, "days_until_full": 0.0, "full_on": dt.date(2026, 1, 3)}
+    return row | kw
+
+
+def test_over_capacity_is_an_observation_even_without_history():
+    plan = [_plan_row(), _plan_row(resource="bytes_per_s", peak=1e6, capacity_per_node=240e6, usable_per_node=168e6,
+                                   utilisation=1e6 / 168e6, nodes_needed=1, days_until_full=None, full_on=None)]
+    daily = [{"service": "relay", "day": dt.date(2026, 1, d), "complete": d < 4} for d in (1, 2, 3, 4)]
+    by = [{"service": "relay", "nodes": 1, "days": 3, "enough_history": False, "nodes_needed": 2,
+           "nodes_needed_horizon": None, "days_until_full": 0.0, "full_on": dt.date(2026, 1, 3),
+           "limiting_resource": "sessions", "utilisation": 500 / 280, "busiest_resource": "sessions"}]
+    html = render(_data(plan=plan, plan_by_service=by, daily=daily))
+    assert ('<span class="badge over">over capacity</span> <b>relay</b>: Over capacity now: add nodes '
+            "(2 needed, 1 running).") in html
+    assert "Concurrent sessions peaked at 500, 179 % of what 1 node can carry with headroom" in html
+    assert "No forecast yet: 3 complete days (and 1 partial) of the 14 a trend needs." in html
+    assert "over now (observed)" in html and "now (observed)" in html
+    # services without sessions are not listed as if they were planned; the others say so
+    assert "<b>mailbox</b>" not in html
+
+
+def test_every_service_in_the_logs_gets_a_verdict():
+    from burrow.spark.advice import verdicts
+
+    rows = [_plan_row(service="transit", enough_history=True, days=20, peak=10.0, utilisation=10 / 280,
+                      nodes_needed=1, peak_horizon=30.0, nodes_needed_horizon=1, days_until_full=None, full_on=None,
+                      slope_per_day=-1.0)]
+    daily = [{"service": s, "day": dt.date(2026, 1, d), "complete": True} for s in ("transit", "relay")
+             for d in range(1, 21)]
+    got = {v.service: v for v in verdicts(rows, daily, horizon_days=90, min_history_days=14)}
+    assert got["transit"].level == "ok" and "no resource's daily peak is growing" in got["transit"].detail
+    assert got["transit"].headline == "Nothing is close: the 1 node running today is enough to 2026-04-20."
+    assert got["relay"].level == "idle" and list(got) == ["transit", "relay"]
