@@ -4,6 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+REPORT_STAMP := $(VENV)/.installed-report
 
 .PHONY: run test test-deps lint pytest bench report clean
 
@@ -17,11 +18,16 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 
 $(TEST_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test,spark,bench,deploy]'
+	touch $@ $(RUN_STAMP) $(REPORT_STAMP)
+
+$(REPORT_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[spark]'
 	touch $@ $(RUN_STAMP)
 
-## make run: start every service on embedded defaults (state in ./var); Ctrl-C stops all
+## make run: start every service on embedded defaults (state in ./var), on 127.0.0.1; Ctrl-C stops all.
+## `make run HOST=::` listens on every interface; `make run VERBOSE=1` logs every connection.
 run: $(RUN_STAMP)
-	$(PY) scripts/run_suite.py
+	$(PY) scripts/run_suite.py $(if $(HOST),--host $(HOST)) $(if $(VERBOSE),--verbose)
 
 ## make test: lint with ruff, then the whole pytest suite (unit, integration, interop)
 test: $(TEST_STAMP) test-deps lint pytest
@@ -42,8 +48,9 @@ BENCHES := bench/mailbox.py bench/transit.py bench/packet_relay.py bench/stun.py
 bench: $(TEST_STAMP)
 	for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
 
-## make report: the Spark report over the logs that `make run` wrote
-report: $(TEST_STAMP)
+## make report: the Spark report over the logs that `make run` wrote (needs Java 17 for Spark)
+report: $(REPORT_STAMP)
+	@command -v java >/dev/null || { echo "make report needs Java 17 for Spark: apt-get install -y openjdk-17-jre-headless" >&2; exit 1; }
 	SPARK_LOCAL_IP=127.0.0.1 $(VENV)/bin/burrow-report --logs 'var/logs/*.jsonl' --out var/report
 
 clean:

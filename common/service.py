@@ -26,9 +26,17 @@ def raise_nofile_limit(wanted: int = 65536) -> int:
     return soft
 
 
+# libraries that log every connection at INFO; a server's log says what the service does, the event log
+# and the metrics count connections
+CHATTY_LOGGERS = ("websockets.server", "websockets.client", "aiohttp.access")
+
+
 def setup_logging(verbose: bool = False) -> None:
+    """INFO for start-up, shutdown and trouble; DEBUG (the configuration, every connection) with --verbose."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 async def run_until_signalled(start: Callable[[], Awaitable[None]],

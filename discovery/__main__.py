@@ -18,7 +18,7 @@ log = logging.getLogger("discovery")
 def main(argv: list[str] | None = None) -> None:
     config = load_config(DiscoveryConfig, "discovery", sys.argv[1:] if argv is None else argv)
     setup_logging(config.verbose)
-    log.info("configuration:\n%s", describe(config))
+    log.debug("configuration:\n%s", describe(config))
     server = DiscoveryServer(config)
     try:
         asyncio.run(run_until_signalled(server.start, server.stop))

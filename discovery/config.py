@@ -11,7 +11,7 @@ from burrow.common.config import setting
 class DiscoveryConfig:
     """Messaging discovery (Skywire's protocol): signed entries of messaging clients and servers, by public key."""
 
-    host: str = setting("0.0.0.0", "address to bind the HTTP API to")
+    host: str = setting("::", "address to bind the HTTP API to; '::' is dual-stack (IPv4 too)")
     port: int = setting(4003, "HTTP port of the API under /messaging-discovery/ (0 = ephemeral)")
     redis_url: str | None = setting(None, "keep entries in Redis (redis://, rediss://, unix://, or a cluster "
                                     "URL) so several replicas serve one view; default: this process's memory")

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
+from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE
 
 from .api import DiscoveryAPI
@@ -51,9 +52,9 @@ class DiscoveryServer:
         DiscoveryAPI(self.store, self.stats, cfg, self.clock).routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, cfg.host, cfg.port, reuse_address=True)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # aiohttp keeps the asyncio Server here
+        sock = tcp_listener(cfg.host, cfg.port)
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
         self._admin = AdminServer(self.registry, ready=self._is_ready, service="discovery")
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = asyncio.get_running_loop().create_task(self._stats_loop())

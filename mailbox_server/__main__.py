@@ -27,7 +27,7 @@ async def _run(config: MailboxConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = load_config(MailboxConfig, "mailbox", argv)
     setup_logging(config.verbose)
-    logging.getLogger("mailbox_server").info("configuration:\n%s", describe(config))
+    logging.getLogger("mailbox_server").debug("configuration:\n%s", describe(config))
     raise_nofile_limit()
     try:
         asyncio.run(_run(config))

@@ -10,9 +10,7 @@ that arrived meanwhile, which is where the speed over the reference comes from.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import socket
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +19,7 @@ from typing import Any
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.limits import ConnectionCaps
+from burrow.common.listen import tcp_listener
 
 from . import messages as m
 from .config import MailboxConfig
@@ -86,26 +85,7 @@ class MailboxServer:
     async def _listen(self) -> asyncio.AbstractServer:
         def factory() -> WSConnection:
             return WSConnection(self)
-        host = self.config.host or None
-        if host == "::":
-            # asyncio sets IPV6_V6ONLY on its own sockets; build a dual-stack one (IPv4 mapped)
-            sock = None
-            try:
-                sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind(("::", self.config.port))
-            except OSError as exc:
-                if sock is not None:
-                    sock.close()
-                if exc.errno == errno.EADDRINUSE:
-                    raise
-                log.warning("IPv6 unavailable (%s); listening on 0.0.0.0", exc)
-                host = "0.0.0.0"
-            else:
-                return await self.loop.create_server(factory, sock=sock, backlog=1024)
-        return await self.loop.create_server(factory, host, self.config.port, reuse_address=True,
-                                             backlog=1024)
+        return await self.loop.create_server(factory, sock=tcp_listener(self.config.host, self.config.port))
 
     async def stop(self) -> None:
         self.ready = False

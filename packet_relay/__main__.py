@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(RelayConfig, "relay", sys.argv[1:] if argv is None else argv)
     setup_logging(config.verbose)
     raise_nofile_limit()
-    log.info("configuration:\n%s", describe(config))
+    log.debug("configuration:\n%s", describe(config))
     server = RelayServer(config)
     try:
         asyncio.run(run_until_signalled(server.start, server.stop, {signal.SIGHUP: server.reload}))

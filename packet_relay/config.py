@@ -11,7 +11,8 @@ from burrow.common.config import setting
 class RelayConfig:
     """DERP-compatible packet relay over HTTPS, with STUN on UDP."""
 
-    host: str = setting("0.0.0.0", "address to bind the HTTPS, HTTP and STUN listeners to")
+    host: str = setting("::", "address to bind the HTTPS, HTTP, STUN and messaging listeners to; '::' is dual-stack "
+                                "(IPv4 too)")
     https_port: int = setting(8443, "HTTPS (TLS) port for DERP and the HTTP endpoints (0 = ephemeral, -1 = off)")
     http_port: int = setting(0, "plain-HTTP port (0 = off): for running behind a TLS-terminating proxy")
     tls_cert: str | None = setting(None, "PEM certificate chain for HTTPS")

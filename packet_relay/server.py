@@ -16,6 +16,7 @@ from pathlib import Path
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.limits import ConnectionCaps, TokenBucket
+from burrow.common.listen import tcp_listener
 from burrow.wire.derp import frames as f
 from burrow.wire.derp.handshake import ServerInfoJSON, public_key
 
@@ -114,13 +115,13 @@ class RelayServer:
             if not (cert and key):
                 raise ValueError("HTTPS needs --tls-cert and --tls-key, or --dev-tls (or --https-port -1)")
             self.ssl_context = server_context(cert, key)
-            srv = await self.loop.create_server(lambda: RelayConn(self, True), cfg.host, cfg.https_port,
-                                                backlog=1024, reuse_address=True)
+            srv = await self.loop.create_server(lambda: RelayConn(self, True),
+                                                sock=tcp_listener(cfg.host, cfg.https_port))
             self._servers.append(srv)
             self.https_port = srv.sockets[0].getsockname()[1]
         if cfg.http_port > 0 or self._http_ephemeral:
-            srv = await self.loop.create_server(lambda: RelayConn(self, False), cfg.host, cfg.http_port,
-                                                backlog=1024, reuse_address=True)
+            srv = await self.loop.create_server(lambda: RelayConn(self, False),
+                                                sock=tcp_listener(cfg.host, cfg.http_port))
             self._servers.append(srv)
             self.http_port = srv.sockets[0].getsockname()[1]
         if cfg.stun_port > 0 or self._stun_ephemeral:

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(TransitConfig, "transit", sys.argv[1:] if argv is None else argv)
     setup_logging(config.verbose)
     raise_nofile_limit()
-    logging.getLogger("burrow.transit").info("config:\n%s", describe(config))
+    logging.getLogger("burrow.transit").debug("configuration:\n%s", describe(config))
     server = TransitServer(config)
     try:
         asyncio.run(run_until_signalled(server.start, server.stop))

@@ -12,7 +12,7 @@ from burrow.transit_relay.protocol import Limits
 class TransitConfig:
     """burrow-transit: the magic-wormhole `please relay` transit helper (TCP and WebSocket)."""
 
-    host: str = setting("0.0.0.0", "address to listen on for TCP and WebSocket clients")
+    host: str = setting("::", "address to listen on for TCP and WebSocket clients; '::' is dual-stack (IPv4 too)")
     port: int = setting(4001, "TCP port for `please relay` clients (0 = any free port)")
     websocket_port: int = setting(4002, "WebSocket transit port; negative disables WebSocket (0 = any free port)")
     admin_host: str = setting("127.0.0.1", "address of the admin HTTP server (/metrics /healthz /readyz)")

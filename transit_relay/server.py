@@ -15,6 +15,7 @@ import time
 
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
+from burrow.common.listen import tcp_listener
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
 from burrow.transit_relay.metrics import make_registry
@@ -129,11 +130,7 @@ class TransitServer:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         cfg = self.config
-        v6 = ":" in cfg.host
-        self._lsock = socket.create_server(
-            (cfg.host, cfg.port), family=socket.AF_INET6 if v6 else socket.AF_INET, backlog=1024,
-            dualstack_ipv6=v6 and cfg.host == "::" and socket.has_dualstack_ipv6())
-        self._lsock.setblocking(False)
+        self._lsock = tcp_listener(cfg.host, cfg.port)
         self.port = self._lsock.getsockname()[1]
         self.loop.add_reader(self._lsock.fileno(), self._accept)
         if cfg.websocket_port >= 0:

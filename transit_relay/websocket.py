@@ -19,6 +19,7 @@ import logging
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from burrow.common.listen import tcp_listener
 from burrow.transit_relay.protocol import OK, PairState, Phase
 
 log = logging.getLogger("burrow.transit.websocket")
@@ -155,7 +156,7 @@ class WebSocketListener:
     async def start(self, host: str, port: int) -> int:
         cfg = self.server.config
         self._ws_server = await serve(
-            self._handler, host, port, compression=None, ping_interval=None,
+            self._handler, sock=tcp_listener(host, port), compression=None, ping_interval=None,
             open_timeout=cfg.handshake_timeout, max_size=cfg.websocket_max_message,
             max_queue=cfg.websocket_max_queue, write_limit=cfg.buffer_size, server_header=None)
         return self._ws_server.sockets[0].getsockname()[1]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from burrow.common.limits import ConnectionCaps
+from burrow.common.listen import tcp_listener
 from burrow.messaging import keys
 from burrow.messaging.switch import Switch
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class MessagingSettings:
     port: int = 0                     # 0 = off
-    host: str = "0.0.0.0"
+    host: str = "::"
     key_file: str | None = None
     address: str | None = None        # host:port published in discovery
     discovery_url: str | None = None
@@ -72,8 +73,7 @@ class MessagingService:
             return
         self.loop = asyncio.get_running_loop()
         s = self.settings
-        self._server = await self.loop.create_server(lambda: MessagingConn(self), s.host, s.port,
-                                                     backlog=1024, reuse_address=True)
+        self._server = await self.loop.create_server(lambda: MessagingConn(self), sock=tcp_listener(s.host, s.port))
         self.port = self._server.sockets[0].getsockname()[1]
         if s.discovery_url:
             self.registration = Registration(s.discovery_url, self.key, self.address, self.available,
