@@ -7,11 +7,14 @@ bytes, so we use the shared one when it loads and passes a known-answer check ag
 PyNaCl's otherwise. `BURROW_SODIUM=bundled` forces PyNaCl's (for comparison or a broken system lib).
 
 Both calls write into caller-given buffers (no intermediate copies) and release the GIL (cffi does).
+The choice is made on first use (`secretbox()`), not at import: loading a library through cffi parses C
+declarations, which a text transfer, which never opens a transit connection, need not pay for.
 """
 
 from __future__ import annotations
 
 import ctypes.util
+import functools
 import os
 
 from nacl._sodium import ffi as _bundled_ffi
@@ -89,4 +92,8 @@ def choose() -> SecretBoxLib:
     return system if system is not None and _agrees(system) else BUNDLED
 
 
-SECRETBOX = choose()
+
+@functools.cache
+def secretbox() -> SecretBoxLib:
+    """The build every transit record uses, chosen once per process."""
+    return choose()

@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from burrow.client.apps.dilated_transfer import Report, app_versions, peer_transfer, receive_on, send_on
-from burrow.client.dilation.aio import DILATION_VERSIONS
+from burrow.client.dilation.manager import versions_fields  # Dilation itself is loaded once it is used
 
-RECEIVER_WORMHOLE_KWARGS = {"versions_extra": DILATION_VERSIONS, "app_versions": app_versions("receive", "ask")}
-SENDER_WORMHOLE_KWARGS = {"versions_extra": DILATION_VERSIONS, "app_versions": app_versions("send", "ask")}
+RECEIVER_WORMHOLE_KWARGS = {"versions_extra": versions_fields(), "app_versions": app_versions("receive", "ask")}
+SENDER_WORMHOLE_KWARGS = {"versions_extra": versions_fields(), "app_versions": app_versions("send", "ask")}
 
 
 def _say(msg: str) -> None:

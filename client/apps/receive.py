@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from burrow.client.apps.transfer import (
     MAX_TEXT,
@@ -34,9 +35,10 @@ from burrow.client.apps.transfer import (
     _send,
 )
 from burrow.client.errors import TransferError, TransferRejected
-from burrow.client.transit.aio import RecordPipe, Transit
-from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH, ack_record
 from burrow.client.wormhole import Wormhole
+
+if TYPE_CHECKING:  # transit is imported where a file moves: a text transfer never loads it
+    from burrow.client.transit.aio import RecordPipe, Transit
 
 Confirm = Callable[[Offer, Path, bool], bool | Awaitable[bool]]
 
@@ -124,6 +126,9 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
     async def ensure_transit(peer_hints: list) -> Transit:
         nonlocal transit
         if transit is None:
+            from burrow.client.transit.aio import Transit
+            from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
+
             transit = Transit("receiver", transit_helper=w.transit_helper, no_listen=opts.no_listen)
             transit.set_key(w.derive_key(TRANSIT_KEY_PURPOSE, TRANSIT_KEY_LENGTH))
             transit.add_peer_hints(peer_hints)
@@ -155,6 +160,8 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
 
 
 async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: ReceiveOptions) -> Received:
+    from burrow.client.transit.protocol import ack_record
+
     dest = opts.output if opts.output is not None else Path.cwd() / safe_name(offer.name)
     dest = dest.absolute()
     exists = dest.exists() or dest.is_symlink()

@@ -18,11 +18,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from burrow.client.errors import PeerGoneError, TransferError, TransitError
-from burrow.client.transit.aio import RecordPipe, Transit
-from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
 from burrow.client.wormhole import APPID, Wormhole
+
+if TYPE_CHECKING:  # transit is imported where a file moves: a text transfer never loads it
+    from burrow.client.transit.aio import RecordPipe
 
 TRANSIT_KEY_PURPOSE = APPID + "/transit-key"  # always the default appid (magic-wormhole bug #339)
 RECORD_SIZE = 256 * 1024  # plaintext bytes per transit record
@@ -140,6 +142,9 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
             offer = Offer("file", path.name, path.stat().st_size)
         else:
             raise TransferError(f"{path} is neither a file nor a directory")
+        from burrow.client.transit.aio import Transit
+        from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
+
         transit = Transit("sender", transit_helper=w.transit_helper, no_listen=no_listen)
         try:
             hints = await transit.get_hints()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..errors import TransitError
 from ..keys import hkdf
-from ..sodium import SECRETBOX
+from ..sodium import secretbox
 
 TRANSIT_KEY_LENGTH = 32
 MAX_RECORD = 64 * 1024 * 1024  # bytes; a peer announcing more is broken or hostile
@@ -220,6 +220,7 @@ class _Box:
         if len(key) != 32:
             raise ValueError("secretbox keys are 32 bytes")
         self._key = bytes(key)
+        self._lib = secretbox()
 
     def seal_frame(self, plaintext, nonce: bytes) -> bytearray:
         n = len(plaintext)
@@ -227,14 +228,14 @@ class _Box:
         frame[0:4] = (24 + 16 + n).to_bytes(4, "big")
         frame[4:28] = nonce
         try:
-            SECRETBOX.seal_into(memoryview(frame)[28:], plaintext, nonce, self._key)
+            self._lib.seal_into(memoryview(frame)[28:], plaintext, nonce, self._key)
         except ValueError as e:
             raise TransitProtocolError("encryption failed") from e
         return frame
 
     def open(self, body, nonce: bytes) -> bytearray:
         out = bytearray(len(body) - 24 - 16)
-        if not SECRETBOX.open_into(out, memoryview(body)[24:], nonce, self._key):
+        if not self._lib.open_into(out, memoryview(body)[24:], nonce, self._key):
             raise TransitProtocolError("record failed to authenticate")
         return out
 

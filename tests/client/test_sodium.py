@@ -14,15 +14,15 @@ def test_chosen_build_matches_pynacl_secretbox():
     for size in (0, 1, 1000, 256 * 1024 + 3):
         msg = os.urandom(size)
         out = bytearray(size + 16)
-        sodium.SECRETBOX.seal_into(out, msg, nonce, key)
+        sodium.secretbox().seal_into(out, msg, nonce, key)
         assert bytes(SecretBox(key).encrypt(msg, nonce).ciphertext) == bytes(out)
         back = bytearray(size)
-        assert sodium.SECRETBOX.open_into(back, bytes(out), nonce, key) and back == msg
+        assert sodium.secretbox().open_into(back, bytes(out), nonce, key) and back == msg
 
 
 def test_tampered_ciphertext_is_refused_by_both_builds():
     key, nonce = os.urandom(32), os.urandom(24)
-    for build in {sodium.SECRETBOX, sodium.BUNDLED}:
+    for build in {sodium.secretbox(), sodium.BUNDLED}:
         sealed = bytearray(116)
         build.seal_into(sealed, b"x" * 100, nonce, key)
         sealed[50] ^= 1
@@ -32,11 +32,11 @@ def test_tampered_ciphertext_is_refused_by_both_builds():
 def test_system_libsodium_is_used_when_present_and_can_be_forced_off():
     system = sodium._load_system()
     if system is None:  # no shared libsodium on this machine: the bundled build is the only choice
-        assert sodium.SECRETBOX is sodium.BUNDLED
+        assert sodium.secretbox() is sodium.BUNDLED
     else:
         assert sodium._agrees(system)
-        assert sodium.SECRETBOX.name.startswith("system libsodium")
-    code = "from client import sodium; print(sodium.SECRETBOX.name)"
+        assert sodium.secretbox().name.startswith("system libsodium")
+    code = "from burrow.client import sodium; print(sodium.secretbox().name)"
     env = dict(os.environ, BURROW_SODIUM="bundled")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "PyNaCl bundled libsodium"
