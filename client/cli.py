@@ -21,7 +21,7 @@ from pathlib import Path
 
 from burrow.client.apps.progress import ProgressBar, human
 from burrow.client.apps.receive import Received, ReceiveOptions, receive, text_of
-from burrow.client.apps.transfer import Offer, send_path, send_text
+from burrow.client.apps.transfer import Offer, prepare_transit, send_path, send_text
 
 from . import codes, errors
 from .heap import retain_freed_memory
@@ -160,6 +160,8 @@ async def cmd_send(args: argparse.Namespace) -> int:
         else:
             w.allocate_code(args.code_length)
         code = await w.get_code()
+        if path is not None:  # load transit beside the code exchange, which mostly waits on the network
+            warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
              f"burrow receive{' --verify' if args.verify else ''} {code}\n")
         verifier = await w.get_verifier()
@@ -172,6 +174,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
             _say("text message sent")
         else:
             assert path is not None
+            await warming
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
             bar = ProgressBar(enabled=not args.hide_progress)
             desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
@@ -185,11 +188,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_receive(args: argparse.Namespace) -> int:
-    from burrow.client.apps.dilated_transfer_cli import (
-        RECEIVER_WORMHOLE_KWARGS,
-        is_dilated_sender,
-        receive_dilated,
-    )
+    from burrow.client.apps.transfer_versions import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
@@ -198,6 +197,8 @@ async def cmd_receive(args: argparse.Namespace) -> int:
     try:
         code = args.code or await _read_code(w)
         w.set_code(code)
+        # a classic sender's file needs transit: load it beside the code exchange
+        asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         verifier = await w.get_verifier()
         if args.verify:
             _say(f"Verifier {verifier.hex()}.")
@@ -207,6 +208,8 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                     return True
                 kind = "directory" if is_dir else "file"
                 return await _ask_yes(f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
+
+            from burrow.client.apps.dilated_transfer_cli import receive_dilated
 
             return await receive_dilated(w, args, confirm_dilated)
         bar = ProgressBar(enabled=not args.hide_progress)

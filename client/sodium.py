@@ -6,13 +6,14 @@ twice as fast here (1.6 vs 0.8 GB/s for 256 KiB records). Both are the same libr
 bytes, so we use the shared one when it loads and passes a known-answer check against PyNaCl, and
 PyNaCl's otherwise. `BURROW_SODIUM=bundled` forces PyNaCl's (for comparison or a broken system lib).
 
-Both calls write into caller-given buffers (no intermediate copies) and release the GIL (cffi does).
-The choice is made on first use (`secretbox()`), not at import: loading a library through cffi parses C
-declarations, which a text transfer, which never opens a transit connection, need not pay for.
+Both calls write into caller-given buffers (no intermediate copies) and release the GIL. The shared
+library is called through ctypes, with buffer addresses taken by PyNaCl's compiled cffi module: declaring
+the functions to cffi instead would parse C at start-up (about 40 ms). The choice is made on first use.
 """
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import functools
 import os
@@ -20,55 +21,70 @@ import os
 from nacl._sodium import ffi as _bundled_ffi
 from nacl._sodium import lib as _bundled_lib
 
-_CDEF = """
-int sodium_init(void);
-const char *sodium_version_string(void);
-int crypto_secretbox_easy(unsigned char *c, const unsigned char *m, unsigned long long mlen,
-                          const unsigned char *n, const unsigned char *k);
-int crypto_secretbox_open_easy(unsigned char *m, const unsigned char *c, unsigned long long clen,
-                               const unsigned char *n, const unsigned char *k);
-"""
 _SONAMES = ("libsodium.so.23", "libsodium.so.26", "libsodium.dylib")
 
 
 class SecretBoxLib:
-    """One libsodium binding: seal into / open into caller buffers; `name` says which build."""
+    """PyNaCl's bundled build: seal into / open into caller buffers; `name` says which build."""
 
-    def __init__(self, ffi, lib, name: str):
-        self._ffi, self._lib, self.name = ffi, lib, name
+    name = "PyNaCl bundled libsodium"
 
     def seal_into(self, out, plaintext, nonce: bytes, key: bytes) -> None:
         """out (writable, len(plaintext) + 16) <- MAC || ciphertext."""
-        f = self._ffi
-        if self._lib.crypto_secretbox_easy(f.from_buffer(out), f.from_buffer(plaintext), len(plaintext),
-                                           nonce, key) != 0:
+        f = _bundled_ffi
+        if _bundled_lib.crypto_secretbox_easy(f.from_buffer(out), f.from_buffer(plaintext), len(plaintext),
+                                              nonce, key) != 0:
             raise ValueError("secretbox encryption failed")
 
     def open_into(self, out, ciphertext, nonce: bytes, key: bytes) -> bool:
         """out (writable, len(ciphertext) - 16) <- plaintext; False if the MAC does not verify."""
-        f = self._ffi
-        return self._lib.crypto_secretbox_open_easy(f.from_buffer(out), f.from_buffer(ciphertext),
-                                                    len(ciphertext), nonce, key) == 0
+        f = _bundled_ffi
+        return _bundled_lib.crypto_secretbox_open_easy(f.from_buffer(out), f.from_buffer(ciphertext),
+                                                       len(ciphertext), nonce, key) == 0
 
 
-BUNDLED = SecretBoxLib(_bundled_ffi, _bundled_lib, "PyNaCl bundled libsodium")
+def _address(pinned) -> int:
+    """The address of a buffer pinned by `ffi.from_buffer` (read-only buffers included)."""
+    return int(_bundled_ffi.cast("uintptr_t", pinned))
+
+
+class SystemSecretBox(SecretBoxLib):
+    """The machine's shared libsodium through ctypes (which releases the GIL during each call)."""
+
+    def __init__(self, lib: ctypes.CDLL, name: str) -> None:
+        self.name = name
+        args = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_char_p, ctypes.c_char_p]
+        self._seal, self._open = lib.crypto_secretbox_easy, lib.crypto_secretbox_open_easy
+        for fn in (self._seal, self._open):
+            fn.argtypes, fn.restype = args, ctypes.c_int
+
+    def seal_into(self, out, plaintext, nonce: bytes, key: bytes) -> None:
+        pin = _bundled_ffi.from_buffer
+        out_pin, in_pin = pin(out), pin(plaintext)  # both stay alive, and pinned, through the call
+        if self._seal(_address(out_pin), _address(in_pin), len(plaintext), nonce, key) != 0:
+            raise ValueError("secretbox encryption failed")
+
+    def open_into(self, out, ciphertext, nonce: bytes, key: bytes) -> bool:
+        pin = _bundled_ffi.from_buffer
+        out_pin, in_pin = pin(out), pin(ciphertext)
+        return self._open(_address(out_pin), _address(in_pin), len(ciphertext), nonce, key) == 0
+
+
+BUNDLED = SecretBoxLib()
 
 
 def _load_system() -> SecretBoxLib | None:
-    import cffi
-
-    ffi = cffi.FFI()
-    ffi.cdef(_CDEF)
     names = [n for n in (ctypes.util.find_library("sodium"),) if n] + list(_SONAMES)
     for soname in names:
         try:
-            lib = ffi.dlopen(soname)
+            lib = ctypes.CDLL(soname)
         except OSError:
             continue
         if lib.sodium_init() < 0:
             continue
-        version = ffi.string(lib.sodium_version_string()).decode()
-        return SecretBoxLib(ffi, lib, f"system libsodium {version} ({soname})")
+        lib.sodium_version_string.restype = ctypes.c_char_p
+        version = lib.sodium_version_string().decode()
+        return SystemSecretBox(lib, f"system libsodium {version} ({soname})")
     return None
 
 
@@ -90,7 +106,6 @@ def choose() -> SecretBoxLib:
     except Exception:  # noqa: BLE001 - any trouble loading a system library means: use the bundled one
         system = None
     return system if system is not None and _agrees(system) else BUNDLED
-
 
 
 @functools.cache

@@ -20,17 +20,31 @@ def tcp_listener(host: str, port: int, *, backlog: int = BACKLOG) -> socket.sock
     """A bound, listening, non-blocking TCP socket for `host:port` (port 0: any free port)."""
     if host in ("", "::"):
         try:
-            sock = socket.create_server(("::", port), family=socket.AF_INET6, backlog=backlog,
-                                        reuse_port=False, dualstack_ipv6=socket.has_dualstack_ipv6())
+            return _listen(socket.AF_INET6, ("::", port), backlog, dual_stack=True)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise
             log.warning("IPv6 unavailable (%s); listening on 0.0.0.0", exc)
-            sock = socket.create_server(("0.0.0.0", port), backlog=backlog)
-    else:
-        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.create_server(address[:2], family=family, backlog=backlog)
-    sock.setblocking(False)
+            return _listen(socket.AF_INET, ("0.0.0.0", port), backlog)
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    return _listen(family, address, backlog)
+
+
+def _listen(family: int, address: tuple, backlog: int, dual_stack: bool = False) -> socket.socket:
+    # IPPROTO_TCP, not 0: accepted sockets inherit it, and asyncio turns Nagle off (TCP_NODELAY) only on
+    # sockets whose proto says TCP; with proto 0 every small write waits out the peer's delayed ACK (40 ms)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 

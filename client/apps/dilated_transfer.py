@@ -29,9 +29,10 @@ from pathlib import Path, PurePosixPath
 
 import msgpack
 
+from burrow.client.apps.transfer_versions import FEATURES, app_versions, peer_transfer  # noqa: F401
+
 SUBPROTOCOL = "transfer"
 CONTROL = "transfer-control"
-FEATURES = ["core0"]
 MAX_MESSAGE = 16 * 1024 * 1024  # bytes per framed message we accept (offers carry file lists)
 DATA_CHUNK = 65535  # file bytes per 0x05 message (the draft caps a message at 65536 with its kind byte)
 WRITE_BATCH = 4  # data messages per subchannel write
@@ -43,16 +44,6 @@ _LEN = struct.Struct(">L")
 
 class TransferError(Exception):
     pass
-
-
-def app_versions(mode: str, permission: str = "yes") -> dict:
-    return {"transfer": {"mode": mode, "features": list(FEATURES), "permission": permission}}
-
-
-def peer_transfer(peer_versions: dict | None) -> dict | None:
-    """The peer's `transfer` version block, or None for a classic (file-transfer v1) peer."""
-    t = ((peer_versions or {}).get("app_versions") or {}).get("transfer")
-    return t if isinstance(t, dict) else None
 
 
 def encode(kind: int, body=None) -> bytes:

@@ -2,8 +2,8 @@
 
   rc = await cmd_send_dilated(args)       # args: relay_url, transit_helper, appid, code, code_length,
                                           #       no_listen, hide_progress, what (path), optional parallel
-  w = Wormhole(..., **RECEIVER_WORMHOLE_KWARGS)  # so a dilated sender can be recognised
-  if is_dilated_sender(w.peer_versions):  # after `await w.get_verifier()`
+  w = Wormhole(..., **RECEIVER_WORMHOLE_KWARGS)  # (transfer_versions.py) so a dilated sender can be recognised
+  if is_dilated_sender(w.peer_versions):  # (transfer_versions.py) after `await w.get_verifier()`
       rc = await receive_dilated(w, args, confirm)  # confirm(name, size, is_dir) -> bool, may be None
 """
 
@@ -13,20 +13,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from burrow.client.apps.dilated_transfer import Report, app_versions, peer_transfer, receive_on, send_on
-from burrow.client.dilation.manager import versions_fields  # Dilation itself is loaded once it is used
-
-RECEIVER_WORMHOLE_KWARGS = {"versions_extra": versions_fields(), "app_versions": app_versions("receive", "ask")}
-SENDER_WORMHOLE_KWARGS = {"versions_extra": versions_fields(), "app_versions": app_versions("send", "ask")}
+from burrow.client.apps.dilated_transfer import Report, receive_on, send_on
+from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def is_dilated_sender(peer_versions: dict | None) -> bool:
-    t = peer_transfer(peer_versions)
-    return t is not None and t.get("mode") in ("send", "connect")
 
 
 def _status(s) -> None:

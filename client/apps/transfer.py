@@ -125,6 +125,11 @@ async def send_text(w: Wormhole, text: str) -> None:
             return
 
 
+def prepare_transit() -> None:
+    """Load transit while the code exchange runs: on the sender a file will follow, on the receiver one may."""
+    import burrow.client.transit.aio  # noqa: F401 - imported for its cost, here rather than later
+
+
 async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progress: Progress = _noop,
                     on_connected: Callable[[str], None] | None = None, workdir: Path | None = None) -> str:
     """Send a file or directory; return the transit description. Raises TransferError on failure."""

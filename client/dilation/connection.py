@@ -18,6 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import RecordError
+from .versions import SUPPORTED_VERSIONS  # noqa: F401 - the versions these records are numbered for
 
 _U32 = struct.Struct(">L")
 _U32x2 = struct.Struct(">LL")
@@ -71,7 +72,6 @@ SEQUENCED = (Open, Data, Close)
 
 # (PING, PONG, OPEN, DATA, CLOSE, ACK) tags per dilation version
 _TAGS = {"ged": (1, 2, 3, 4, 5, 6), "1": (0, 1, 2, 3, 4, 5)}
-SUPPORTED_VERSIONS = ("ged", "1")
 
 
 class RecordCodec:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .connection import SUPPORTED_VERSIONS
-
-ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]
+from .versions import ABILITIES, SUPPORTED_VERSIONS, versions_fields  # noqa: F401 - part of L1's surface
 
 
 @dataclass(frozen=True)
@@ -61,11 +59,6 @@ class Failed:
 
 
 Action = Send | StartConnecting | StopConnecting | UseHints | Abandon | Status | Failed
-
-
-def versions_fields(versions: tuple[str, ...] = SUPPORTED_VERSIONS) -> dict:
-    """The keys this client adds to its `versions` phase."""
-    return {"can-dilate": list(versions), "dilation-abilities": list(ABILITIES)}
 
 
 def choose_version(ours: tuple[str, ...], theirs: list) -> str | None:

@@ -40,3 +40,20 @@ def test_system_libsodium_is_used_when_present_and_can_be_forced_off():
     env = dict(os.environ, BURROW_SODIUM="bundled")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "PyNaCl bundled libsodium"
+
+
+def test_the_cli_starts_without_parsing_c_declarations():
+    """Start-up cost: neither the CLI nor transit loads pycparser (cffi's C parser), even once a build is chosen."""
+    code = ("import sys; import burrow.client.cli, burrow.client.transit.aio; "
+            "from burrow.client import sodium; sodium.secretbox(); print('pycparser' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_record_from_one_build_opens_with_the_other_from_a_read_only_view():
+    key, nonce, msg = os.urandom(32), os.urandom(24), os.urandom(70_000)
+    sealed = bytearray(len(msg) + 16)
+    sodium.BUNDLED.seal_into(sealed, msg, nonce, key)
+    framed = bytes(8) + bytes(sealed)  # the body sits behind a header in a read-only buffer
+    back = bytearray(len(msg))
+    assert sodium.secretbox().open_into(back, memoryview(framed)[8:], nonce, key) and back == msg

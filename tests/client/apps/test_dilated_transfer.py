@@ -122,12 +122,8 @@ async def test_receiver_can_refuse(wormhole_servers, tmp_path):
 async def test_cli_glue_send_dilated_and_receive(wormhole_servers, tmp_path):
     from argparse import Namespace
 
-    from burrow.client.apps.dilated_transfer_cli import (
-        RECEIVER_WORMHOLE_KWARGS,
-        cmd_send_dilated,
-        is_dilated_sender,
-        receive_dilated,
-    )
+    from burrow.client.apps.dilated_transfer_cli import cmd_send_dilated, receive_dilated
+    from burrow.client.apps.transfer_versions import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender
 
     src = tmp_path / "report.pdf"
     src.write_bytes(os.urandom(2_000_000))
