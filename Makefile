@@ -43,7 +43,7 @@ pytest: $(TEST_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## make bench: every side-by-side benchmark against the reference servers (each prints its table)
-BENCHES := bench/mailbox.py bench/transit.py bench/packet_relay.py bench/stun.py bench/transfer.py \
+BENCHES := bench/mailbox.py bench/transit.py bench/packet_relay.py bench/stun.py bench/transfer.py bench/small_transfers.py \
            bench/dilation.py bench/messaging.py bench/spark.py
 bench: $(TEST_STAMP)
 	for b in $(BENCHES); do echo "== $$b"; $(PY) $$b || exit 1; done
