@@ -1,5 +1,9 @@
-"""The cipher-only stream for a Dilation benchmark: what two processes on the same machine move when they do
-nothing but what Dilation's wire format makes every implementation do.
+"""The cipher-only stream for a transfer benchmark: what two processes on the same machine move when they do
+nothing but what the wire format makes every implementation do.
+
+`--cipher noise` (default, for bench/dilation.py) lays records out as Dilation's; `--cipher secretbox` (for
+bench/transfer.py) as classic Transit's: RECORD_SIZE-byte plaintexts (client/apps/transfer.py), each sealed
+with XSalsa20-Poly1305 (the client's own libsodium binding) behind a 4-byte length and a 24-byte nonce.
 
 Records are laid out as burrow's DATA records are (client/dilation/runtime.py): MAX_RECORD_PAYLOAD bytes plus the
 9-byte header, sealed as Noise messages of at most 65519 bytes with ChaCha20-Poly1305 and counter nonces,
@@ -9,8 +13,9 @@ subchannels: every protocol cost is zero. It is a yardstick for what the cipher 
 hard ceiling: it is one blocking thread per side, and a client that overlaps its work differently can edge
 past it (burrow did in two direct runs). Used by bench/dilation.py (the "cipher-only" column).
 
-    python bench/cipher_only.py recv (--transit tcp:HOST:PORT | --listen) --bytes N   # prints "port P", then "received N SECONDS"
-    python bench/cipher_only.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N
+    python bench/cipher_only.py recv (--transit tcp:HOST:PORT | --listen) --bytes N [--cipher secretbox]
+        # prints "port P", then "received N SECONDS"
+    python bench/cipher_only.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N [--cipher secretbox]
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the client's own transport cipher (ChaCha20-Poly1305, counter nonces) and record layout, so both sides make
 # the same calls on the same lengths as burrow
+from burrow.client.apps.transfer import RECORD_SIZE  # noqa: E402
 from burrow.client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
 from burrow.client.dilation.noise import _Cipher  # noqa: E402
 from burrow.client.dilation.runtime import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
 from burrow.client.dilation.transport import SEAL_BATCH as BATCH  # noqa: E402
+from burrow.client.sodium import secretbox  # noqa: E402
 
 RECORD = 9 + PAYLOAD  # plaintext bytes per record: DATA header and payload
 PIECES = -(-RECORD // PIECE)
@@ -105,6 +112,40 @@ def receive(s: socket.socket, total: int) -> tuple[int, float]:
     return got, time.perf_counter() - t0
 
 
+def send_secretbox(s: socket.socket, total: int) -> None:
+    """Classic Transit's records: length, nonce, MAC and ciphertext, one sendall each."""
+    box, plain = secretbox(), os.urandom(RECORD_SIZE)
+    frame = bytearray(4 + 24 + 16 + RECORD_SIZE)
+    struct.pack_into(">I", frame, 0, len(frame) - 4)
+    view = memoryview(frame)
+    for n in range(-(-total // RECORD_SIZE)):
+        nonce = n.to_bytes(24, "big")
+        view[4:28] = nonce
+        box.seal_into(view[28:], plain, nonce, KEY)
+        s.sendall(view)
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)
+
+
+def receive_secretbox(s: socket.socket, total: int) -> tuple[int, float]:
+    box, frame_len = secretbox(), 4 + 24 + 16 + RECORD_SIZE
+    buf, out = bytearray(frame_len), bytearray(RECORD_SIZE)
+    view = memoryview(buf)
+    records, got, t0 = -(-total // RECORD_SIZE), 0, None
+    for _ in range(records):
+        have = 0
+        while have < frame_len:
+            k = s.recv_into(view[have:])
+            if not k:
+                raise SystemExit(f"stream ended after {got} bytes")
+            t0 = t0 or time.perf_counter()
+            have += k
+        if not box.open_into(out, view[28:], bytes(view[4:28]), KEY):
+            raise SystemExit("a record failed to authenticate")
+        got += RECORD_SIZE
+    return got, time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("role", choices=["send", "recv"])
@@ -112,7 +153,10 @@ def main() -> None:
     ap.add_argument("--listen", action="store_true", help="recv: accept one direct connection")
     ap.add_argument("--connect", help="send: HOST:PORT of a listening receiver")
     ap.add_argument("--bytes", type=int, required=True, help="rounded up to whole batches of records")
+    ap.add_argument("--cipher", choices=["noise", "secretbox"], default="noise",
+                    help="Dilation's records (noise) or classic Transit's (secretbox)")
     a = ap.parse_args()
+    recv_fn, send_fn = (receive, send) if a.cipher == "noise" else (receive_secretbox, send_secretbox)
     if a.role == "recv":
         if a.listen:
             ls = socket.create_server(("127.0.0.1", 0))
@@ -121,7 +165,7 @@ def main() -> None:
         else:
             print("port 0", flush=True)
             s = _relay(a.transit, b"f100000000000002")
-        got, seconds = receive(s, a.bytes)
+        got, seconds = recv_fn(s, a.bytes)
         print(f"received {got} {seconds:.6f}", flush=True)
         s.close()
     else:
@@ -130,7 +174,7 @@ def main() -> None:
             s = socket.create_connection((host, int(port)))
         else:
             s = _relay(a.transit, b"f100000000000001")
-        send(s, a.bytes)
+        send_fn(s, a.bytes)
 
 
 if __name__ == "__main__":

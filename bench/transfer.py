@@ -7,7 +7,10 @@ client pair and mode (direct; relay forced with --no-listen on both sides) sends
   * end-to-end seconds: from starting the receiver (the sender is already waiting) until it exits, so
     start-up, code exchange, connection race, the transfer and the closing acknowledgement all count;
   * CPU seconds (user+sys) of the sender and receiver processes (from wait4 rusage, startup included).
-Prints a Markdown table with the burrow / magic-wormhole ratios.
+Each mode also runs the cipher-only stream (bench/cipher_only.py --cipher secretbox) on the same path: two
+processes that only seal, send, receive and open classic Transit records, no protocol, no file, no hash; a
+yardstick for what the cipher and the path allow. Prints a Markdown table with the burrow / magic-wormhole
+and burrow / cipher-only ratios.
 
 Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow] [--congestion cubic|bbr]
 """
@@ -107,11 +110,39 @@ def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: i
             "cpu_recv": cpu.get("recv", 0.0)}
 
 
+def run_cipher_only(relay_only: bool, servers, size: int) -> dict:
+    """The cipher-only stream on the same path (direct, or through the transit relay), with its CPU."""
+    script = str(ROOT / "bench" / "cipher_only.py")
+    where = ["--transit", servers.transit_helper] if relay_only else ["--listen"]
+    cpu: dict = {}
+    recv = subprocess.Popen([sys.executable, script, "recv", *where, "--bytes", str(size), "--cipher", "secretbox"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = recv.stdout.readline().split()[1]
+        where = ["--transit", servers.transit_helper] if relay_only else ["--connect", f"127.0.0.1:{port}"]
+        send = subprocess.Popen([sys.executable, script, "send", *where, "--bytes", str(size),
+                                 "--cipher", "secretbox"])
+        ts = threading.Thread(target=wait_rusage, args=(send, cpu, "send"))
+        ts.start()
+        _, got, seconds = recv.stdout.readline().split()
+        recv.stdout.close()
+        wait_rusage(recv, cpu, "recv")
+        ts.join(CASE_TIMEOUT)
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+    secs = float(seconds)
+    return {"client": "cipher-only", "mode": "relay" if relay_only else "direct", "ok": int(got) >= size,
+            "seconds": secs, "mbps": int(got) / secs / 1e6, "e2e": secs, "e2e_mbps": int(got) / secs / 1e6,
+            "cpu_send": cpu.get("send", 0.0), "cpu_recv": cpu.get("recv", 0.0)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
-    ap.add_argument("--clients", default="burrow,wormhole")
+    ap.add_argument("--clients", default="burrow,wormhole,cipher-only",
+                    help="burrow, wormhole (magic-wormhole 0.24) and the cipher-only yardstick")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each case N times (interleaved) and keep the fastest: other load on a shared "
                          "machine only ever slows a run down")
@@ -134,7 +165,10 @@ def main() -> None:
             for _ in range(max(1, args.repeat)):
                 for mode in (False, True):
                     for client in args.clients.split(","):
-                        rows.append(run_case(client, mode, servers, src, work, n))
+                        if client == "cipher-only":
+                            rows.append(run_cipher_only(mode, servers, src.stat().st_size))
+                        else:
+                            rows.append(run_case(client, mode, servers, src, work, n))
                         n += 1
                         print(rows[-1], file=sys.stderr, flush=True)
                         for p in work.glob("rx-*"):
@@ -170,6 +204,10 @@ def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0,
             print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x streaming, "
                   f"{b['e2e_mbps'] / w['e2e_mbps']:.2f}x end to end; "
                   f"CPU seconds burrow {cpu_b:.2f} vs magic-wormhole {cpu_w:.2f}")
+        if "burrow" in by and "cipher-only" in by and by["cipher-only"]["mbps"]:
+            b, c = by["burrow"], by["cipher-only"]
+            print(f"- {mode}: burrow / cipher-only rate = {b['mbps'] / c['mbps']:.0%}; CPU seconds (both sides) "
+                  f"burrow {b['cpu_send'] + b['cpu_recv']:.2f} vs cipher-only {c['cpu_send'] + c['cpu_recv']:.2f}")
 
 
 if __name__ == "__main__":

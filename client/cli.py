@@ -177,10 +177,13 @@ async def cmd_send(args: argparse.Namespace) -> int:
             await warming
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
             bar = ProgressBar(enabled=not args.hide_progress)
+            confirmed = []
             desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
-                                   on_connected=lambda d: _say(f"Sending ({d})..."))
+                                   on_connected=lambda d: _say(f"Sending ({d})..."),
+                                   on_acknowledged=confirmed.append)
             bar.finish()
-            _say(f"Transfer complete ({desc}); the receiver confirmed the SHA-256.")
+            digest = f"; the receiver wrote SHA-256 {confirmed[0]}" if confirmed and confirmed[0] else ""
+            _say(f"Transfer complete ({desc}){digest}.")
         await w.close()
         return EXIT_OK
     finally:

@@ -1,6 +1,8 @@
 """The `burrow` CLI: parser defaults, exit codes, progress bar, and real send/receive processes."""
 
+import hashlib
 import io
+import os
 import subprocess
 import sys
 
@@ -76,6 +78,23 @@ def test_cli_text_roundtrip_and_wrong_code(wormhole_servers, tmp_path):
     assert r.returncode == 3 and s.returncode == 3
 
 
+def test_cli_file_send_reports_the_sha256_the_receiver_wrote(wormhole_servers, tmp_path):
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
+              "--hide-progress"]
+    src = tmp_path / "payload.bin"
+    src.write_bytes(os.urandom(300_000))
+    s = _burrow("send", *common, str(src), "--code", "4323-purple-sausages")
+    r = _burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got.bin"), "4323-purple-sausages",
+                cwd=tmp_path)
+    rout, rerr = r.communicate(timeout=60)
+    sout, serr = s.communicate(timeout=60)
+    assert r.returncode == 0 and s.returncode == 0, (rerr, serr)
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert (tmp_path / "got.bin").read_bytes() == src.read_bytes()
+    assert f"the receiver wrote SHA-256 {digest}" in serr
+    assert f"sha256 {digest}" in rerr
+
+
 def test_cli_usage_errors(tmp_path):
     p = _burrow("send", "--relay-url", "ws://127.0.0.1:1/v1", str(tmp_path / "missing"))
     p.communicate(timeout=30)
@@ -87,8 +106,6 @@ def test_cli_usage_errors(tmp_path):
 
 def test_cli_send_dilated_many_files(wormhole_servers, tmp_path):
     """`burrow send --dilated A B` to a plain `burrow receive`: the receiver recognises the dilated offer."""
-    import hashlib
-    import os
 
     src = tmp_path / "src"
     src.mkdir()
