@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import messages as m
+from .changes import Changes
 from .limits import Limits
 from .outputs import Drop, Output, Send, Session, Usage
 from .state import (
@@ -31,7 +32,6 @@ from .state import (
     mailbox_usage,
     nameplate_usage,
 )
-from .store import Changes
 
 
 def new_mailbox_id() -> str:
