@@ -119,7 +119,21 @@ class MailboxServer:
         for _ in range(3):
             await self._commit_and_deliver()
 
-    # ---- connections -------------------------------------------------------------------------
+    # ---- connections (the ConnectionHost each WSConnection talks to) ---------------------------
+    @property
+    def max_write_buffer(self) -> int:
+        return self.config.max_write_buffer
+
+    @property
+    def trust_x_real_ip(self) -> bool:
+        return self.config.trust_x_real_ip
+
+    def count_refusal(self, limit: str) -> None:
+        self.refusals[limit] += 1
+
+    def count_error(self, text: str) -> None:
+        self.core.errors[text] += 1
+
     def connection_open(self, conn: WSConnection, you: dict[str, Any], cap_key: str) -> None:
         now = time.time()
         refused = self.caps.try_acquire(cap_key)
