@@ -23,7 +23,7 @@ from burrow.common.listen import tcp_listener
 
 from . import messages as m
 from .config import MailboxConfig
-from .metrics import Metrics
+from .metrics import Metrics, MetricsSnapshot
 from .protocol import Drop, MailboxCore, Output, Send, Session, Usage
 from .store import Store
 from .wsconn import WSConnection
@@ -41,7 +41,7 @@ class MailboxServer:
         self.events = EventLog(config.event_log, "mailbox", node=config.node_name, blur=config.blur_usage)
         self.caps = ConnectionCaps(config.max_connections, config.max_connections_per_ip)
         self.refusals: Counter[str] = Counter()
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(self.metrics_snapshot)
         self.conns: dict[Session, WSConnection] = {}
         self.port: int | None = None
         self.admin_port: int | None = None
@@ -238,6 +238,14 @@ class MailboxServer:
 
     def _usage(self, out: list[Output]) -> None:
         self.enqueue(out)
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        core = self.core
+        return MetricsSnapshot(
+            connections=len(self.conns), mailboxes=core.mailbox_count, nameplates=core.nameplate_count,
+            messages_total=core.messages_total, stored_bytes=core.stored_bytes, moods=dict(core.moods),
+            errors=dict(core.errors), refusals=dict(core.refusals + self.refusals),
+            commits=self.store.commits if self.store else 0, store_errors=self.store_errors)
 
     # ---- timers ------------------------------------------------------------------------------
     async def _every(self, period: float, fn: Any) -> None:
