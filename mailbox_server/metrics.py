@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -70,9 +70,12 @@ class _CoreCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot], replica: str = "") -> None:
         self.registry = CollectorRegistry()
         self.registry.register(_CoreCollector(snapshot))
+        self.replica = replica
+        Info(P + "replica", "this process's replica id (the `replica` label of the Redis series)",
+             registry=self.registry).info({"replica": replica})
         self.connections_total = Counter(P + "connections_total", "WebSocket connections accepted",
                                          registry=self.registry)
         self.latency = Histogram(

@@ -1,6 +1,6 @@
-"""The mailbox server's state: apps, nameplates, mailboxes and their messages, all held in memory.
+"""The single-node channel state: apps, nameplates, mailboxes and their messages, held in memory.
 
-`store.py` persists it (write-behind, one transaction per event-loop tick, committed before any reply
+`memory.py` changes it, `store.py` persists it (write-behind, one transaction per event-loop tick, committed before any reply
 leaves), and loads it back at start-up. The usage summaries follow the reference's `result` rules so
 the event log's moods mean what operators of the reference are used to.
 """
@@ -50,7 +50,6 @@ class Mailbox:
     messages: list[StoredMessage] = field(default_factory=list)
     body_bytes: int = 0
     persisted: int = 0  # messages[:persisted] are already in the database
-    listeners: set[Any] = field(default_factory=set)  # sessions subscribed by `open` (not persisted)
 
 
 @dataclass(slots=True)

@@ -109,7 +109,7 @@ def test_full_text_exchange_literal_trace():
     assert h.usage[1].event == "mailbox"
     assert h.usage[1].fields == {"app_id": "app", "started": 1002.0, "duration": 12.0, "waiting_time": 6.0,
                                  "mood": "happy", "for_nameplate": True, "sides": 2, "messages": 2, "bytes": 4}
-    assert h.core.mailbox_count == 0 and h.core.nameplate_count == 0
+    assert h.store.mailbox_count == 0 and h.store.nameplate_count == 0
 
 
 def test_once_per_connection_rules_and_check_order():
@@ -147,7 +147,7 @@ def test_third_side_is_crowded_and_poisons_the_mailbox():
     assert h.send(a, type="open", mailbox="mb1")["a"][1]["error"] == "crowded"
     d = h.bound("d", side="a")
     assert h.send(d, type="open", mailbox="mb1")["d"][1]["error"] == "crowded"
-    out = h.core.prune(h.now + 10_000, 660)
+    out = h.prune(h.now + 10_000, 660)
     assert [u.fields["mood"] for u in out] == ["crowded", "crowded"]
 
 
@@ -261,9 +261,9 @@ def test_prune_keeps_subscribed_mailboxes_and_expires_idle_ones():
     h.send(a, type="claim", nameplate="2")
     h.send(a, type="open", mailbox="mb1")
     h.send(b, type="claim", nameplate="3")  # b is not subscribed (claim does not subscribe)
-    out = h.core.prune(h.now + 1000, 660)
+    out = h.prune(h.now + 1000, 660)
     assert sorted((u.event, u.fields["mood"]) for u in out) == [("mailbox", "pruney"), ("nameplate", "pruney")]
-    assert h.core.nameplate_count == 1 and h.core.mailbox_count == 1
+    assert h.store.nameplate_count == 1 and h.store.mailbox_count == 1
 
 
 def test_limits_give_clear_errors():
@@ -329,6 +329,6 @@ def test_byte_limits_per_mailbox_and_server():
     h.send(b, type="open", mailbox="m2")
     assert h.send(b, type="add", phase="p", body="0" * 8)["b"][1]["error"] == "server is full, try again later"
     h.send(a, type="close")  # frees m1's 8 stored body bytes
-    assert h.core.stored_bytes == 0
+    assert h.store.stored_bytes == 0
     assert h.send(b, type="add", phase="p", body="0" * 8)["b"][1]["type"] == "message"
     assert h.core.refusals == {"mailbox_bytes": 1, "stored_bytes": 1}
