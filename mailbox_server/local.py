@@ -66,8 +66,7 @@ class LocalStore:
         return self.ok
 
     def counts(self) -> tuple[int, int, int]:
-        c = self.channels
-        return c.mailbox_count, c.nameplate_count, c.stored_bytes
+        return self.channels.counts()
 
     async def close(self) -> None:
         if self.db is not None:

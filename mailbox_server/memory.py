@@ -77,6 +77,9 @@ class MemoryChannels:
             res.error, res.refusal, res.fatal = e.text, e.refusal, e.fatal
         return res
 
+    def counts(self) -> tuple[int, int, int]:
+        return self.mailbox_count, self.nameplate_count, self.stored_bytes
+
     # ---- operations -------------------------------------------------------------------------
     def _list(self, app: App, op: ListNames, res: Result) -> None:
         res.value = sorted(app.nameplates)

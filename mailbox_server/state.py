@@ -108,7 +108,8 @@ def nameplate_usage(np: Nameplate, now: float, pruned: bool) -> dict[str, Any]:
             "waiting_time": times[1] - times[0] if len(times) > 1 else None, "mood": mood}
 
 
-def mailbox_usage(mb: Mailbox, now: float, pruned: bool) -> dict[str, Any]:
+def mailbox_usage(mb: Mailbox, now: float, pruned: bool, messages: int | None = None) -> dict[str, Any]:
+    """The `mailbox` event of a deleted mailbox; `messages` counts them when `mb.messages` is not loaded."""
     times = sorted(s.added for s in mb.sides.values()) or [now]
     n = len(mb.sides)
     mood = "quiet" if n == 0 else "lonely" if n == 1 else "happy"
@@ -122,5 +123,6 @@ def mailbox_usage(mb: Mailbox, now: float, pruned: bool) -> dict[str, Any]:
         mood = "crowded"
     return {"started": times[0], "duration": max(0.0, now - times[0]),
             "waiting_time": times[1] - times[0] if len(times) > 1 else None, "mood": mood,
-            "for_nameplate": mb.for_nameplate, "sides": n, "messages": len(mb.messages),
+            "for_nameplate": mb.for_nameplate, "sides": n,
+            "messages": len(mb.messages) if messages is None else messages,
             "bytes": mb.body_bytes}
