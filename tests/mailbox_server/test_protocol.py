@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from burrow.mailbox_server.limits import Limits
-
 
 ACK_B = {"type": "ack", "id": "b"}
 
@@ -81,7 +82,7 @@ def test_full_text_exchange_literal_trace(make):
     name = out["a"][1].get("nameplate", "")  # random among the free one-digit names
     assert out == {"a": [{"type": "ack", "id": "0002"}, {"type": "allocated", "nameplate": name}]}
     assert len(name) == 1 and name != "0"
-    assert h.feed(a, '{"type": "claim", "nameplate": "%s", "id": "0003"}' % name) == {
+    assert h.feed(a, json.dumps({"type": "claim", "nameplate": name, "id": "0003"})) == {
         "a": [{"type": "ack", "id": "0003"}, {"type": "claimed", "mailbox": "mb1"}]}
     assert h.feed(a, '{"type": "open", "mailbox": "mb1", "id": "0004"}') == {"a": [{"type": "ack", "id": "0004"}]}
     assert h.feed(a, '{"type": "add", "phase": "pake", "body": "aa", "id": "0005"}') == {
