@@ -166,7 +166,7 @@ class RedisStore:
         for app in new_apps:
             pipe.sadd(APPS, app)
         for j in jobs:
-            pipe.evalsha(self._sha, 1, app_prefix(j.req.op.app), *self._args(j))
+            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), *self._args(j))
         try:
             replies = await self.link.timed(pipe.execute(raise_on_error=False))
         except UNAVAILABLE:
@@ -338,7 +338,7 @@ class RedisStore:
         pipe = self.link.client.pipeline(transaction=False)
         now = repr(time.time())
         for app, mailboxes in by_app.items():
-            pipe.evalsha(self._sha, 1, app_prefix(app), "touch", "", now, self.replica, "", "0",
+            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(app), "touch", "", now, self.replica, "", "0",
                          0, 0, 0, 0, 0, 0, 0, 0, *mailboxes)
         await self.link.timed(pipe.execute())
 
