@@ -1,7 +1,7 @@
 """The mailbox's one Lua script: every channel operation as one atomic step on one app's keys.
 
 KEYS[1] is the app's key prefix `burrow:mailbox:{<app>}:`; every key the script touches starts with it,
-so in a Redis Cluster they all live in the app's slot. ARGV (built by store_redis.py):
+so in a Redis Cluster they all live in the app's slot. ARGV[1] is a JSON array A (built by store_redis.py):
 
   1 op  2 side  3 now  4 replica  5 op id  6 retry (1: answer from the recorded result if there is one)
   7 max messages per mailbox  8 max mailbox bytes  9 max stored bytes  10 max mailboxes
@@ -22,7 +22,7 @@ new message, 'g<id>' for a deleted mailbox.
 
 SCRIPT = r"""
 local P = KEYS[1]
-local A = ARGV
+local A = cjson.decode(ARGV[1])  -- one JSON array: cheaper to send than many arguments
 local op, side, now, replica, opid = A[1], A[2], A[3], A[4], A[5]
 local max_msgs, max_mb_bytes, max_stored = tonumber(A[7]), tonumber(A[8]), tonumber(A[9])
 local max_mailboxes, others_mb, others_bytes = tonumber(A[10]), tonumber(A[11]), tonumber(A[12])

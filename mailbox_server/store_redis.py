@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import random
@@ -91,6 +92,8 @@ class RedisStore:
         self._known_apps: set[str] = set()
         self._stats: dict[str, tuple[int, int, int]] = {}
         self._tasks: list[asyncio.Task] = []
+        self._run_id = uuid.uuid4().hex[:10] + "."  # op ids stay unique across restarts of this replica
+        self._op_numbers = itertools.count()
 
     # ---- life cycle --------------------------------------------------------------------------
     async def start(self, host: StoreHost) -> None:
@@ -130,7 +133,7 @@ class RedisStore:
 
     # ---- requests ----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
-        job = Job(req, uuid.uuid4().hex[:16], time.monotonic())
+        job = Job(req, f"{self._run_id}{next(self._op_numbers):x}", time.monotonic())
         if type(req.op) is Prune:
             self._tasks.append(asyncio.create_task(self._prune(job)))
             return
@@ -166,7 +169,7 @@ class RedisStore:
         for app in new_apps:
             pipe.sadd(APPS, app)
         for j in jobs:
-            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), *self._args(j))
+            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j)))
         try:
             replies = await self.link.timed(pipe.execute(raise_on_error=False))
         except UNAVAILABLE:
@@ -338,8 +341,8 @@ class RedisStore:
         pipe = self.link.client.pipeline(transaction=False)
         now = repr(time.time())
         for app, mailboxes in by_app.items():
-            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(app), "touch", "", now, self.replica, "", "0",
-                         0, 0, 0, 0, 0, 0, 0, 0, *mailboxes)
+            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(app), _packed(
+                ["touch", "", now, self.replica, "", "0", 0, 0, 0, 0, 0, 0, 0, 0, *mailboxes]))
         await self.link.timed(pipe.execute())
 
     async def _prune(self, job: Job) -> None:
@@ -350,9 +353,9 @@ class RedisStore:
             for app in apps:
                 active = [mb for a, mb in op.active if a == app]
                 while True:
-                    reply = await self.link.timed(self.link.client.evalsha(
-                        self._sha, 1, app_prefix(app), "prune", "", repr(op.now), self.replica, job.opid, "0",
-                        0, 0, 0, 0, 0, 0, 0, 0, op.expiry, PRUNE_BATCH, *active))
+                    reply = await self.link.timed(self.link.client.evalsha(self._sha, 1, app_prefix(app), _packed(
+                        ["prune", "", repr(op.now), self.replica, job.opid, "0", 0, 0, 0, 0, 0, 0, 0, 0, op.expiry,
+                         PRUNE_BATCH, *active])))
                     part = self._result(op, reply, app)
                     res.usage += part.usage
                     res.gone += part.gone
@@ -363,6 +366,11 @@ class RedisStore:
         except NoScriptError:
             self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
         self.host.answered(job.req, res)
+
+
+def _packed(args: list) -> str:
+    """The script's arguments as one JSON array (ASCII): one argument for redis-py to encode, not twenty."""
+    return json.dumps(args, separators=(",", ":"))
 
 
 def _text(value) -> str:
