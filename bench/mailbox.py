@@ -9,8 +9,14 @@ paced cases wait `--think-ms` before each client step, as real clients do (typin
 which shows latency at a given number of concurrent pairs. We report pairs/s, p50/p99 add-to-delivery
 latency, server CPU per pair (psutil on the server process) and server RSS per idle bound connection.
 
+With `--redis`, Burrow also runs as `--replicas` replicas (e.g. 1,2) sharing one redis-server (AOF,
+appendfsync always, as durable as the SQLite default): side A of every pair talks to the first replica
+and side B to the last, so with 2 replicas every message crosses replicas through Redis. CPU per pair
+is then summed over every replica and redis-server.
+
     python bench/mailbox.py [--concurrency 50,200] [--paced 200] [--think-ms 200] [--pairs 600]
                             [--seconds 6] [--idle 1000] [--procs 1] [--only burrow|reference]
+                            [--redis --replicas 1,2]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 from mailbox_load import hold_idle, load  # noqa: E402
 
 from harness.ports import free_port, wait_port  # noqa: E402
+from harness.redis import RedisServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -39,16 +46,50 @@ BIN = Path(sys.executable).parent
 ADMIN_PORTS: dict[int, int] = {}  # our server's WebSocket port -> its admin port
 
 
-def start_ours(tmp: str) -> tuple[subprocess.Popen, int]:
+def start_ours(tmp: str, *extra: str, name: str = "burrow") -> tuple[subprocess.Popen, int]:
     port = free_port()
     admin = free_port()
     ADMIN_PORTS[port] = admin
     cmd = [sys.executable, "-m", "burrow.mailbox_server", "--host", "127.0.0.1", "--port", str(port),
-           "--db", os.path.join(tmp, "burrow.sqlite"), "--admin-port", str(admin),
-           "--max-connections-per-ip", "0", "--max-connections", "0", "--messages-per-second", "0"]
+           "--db", os.path.join(tmp, f"{name}.sqlite"), "--admin-port", str(admin),
+           "--max-connections-per-ip", "0", "--max-connections", "0", "--messages-per-second", "0", *extra]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
     return proc, port
+
+
+class Deployment:
+    """What one side of the comparison runs: its processes (CPU is summed over them) and the ports of
+    side A and side B of each pair."""
+
+    def __init__(self, procs: list[subprocess.Popen], port_a: int, port_b: int, extra_pids: tuple[int, ...] = (),
+                 redis: RedisServer | None = None) -> None:
+        self.procs, self.port_a, self.port_b, self.redis = procs, port_a, port_b, redis
+        self.pids = [p.pid for p in procs] + list(extra_pids)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self.redis is not None:
+            self.redis.stop()
+
+
+def deploy(which: str, tmp: str) -> Deployment:
+    if which == "burrow":
+        proc, port = start_ours(tmp)
+        return Deployment([proc], port, port)
+    if which == "reference":
+        proc, port = start_reference(tmp)
+        return Deployment([proc], port, port)
+    replicas = int(which.rsplit("x", 1)[1])  # "burrow+redis x2"
+    redis = RedisServer(Path(tmp) / f"redis-{replicas}")
+    started = [start_ours(tmp, "--redis-url", redis.url, "--replica-id", f"r{i}", name=f"r{replicas}-{i}")
+               for i in range(replicas)]
+    return Deployment([p for p, _ in started], started[0][1], started[-1][1], (redis.process.pid,), redis)
 
 
 def start_reference(tmp: str) -> tuple[subprocess.Popen, int]:
@@ -99,15 +140,15 @@ def cpu(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-def _load_in_process(port: int, n: int, pairs: int, seconds: float, think: float) -> dict:
-    return asyncio.run(load("127.0.0.1", port, n, pairs, seconds, think))
+def _load_in_process(port: int, n: int, pairs: int, seconds: float, think: float, port_b: int) -> dict:
+    return asyncio.run(load("127.0.0.1", port, n, pairs, seconds, think, port_b))
 
 
 def parallel_load(pool: ProcessPoolExecutor, procs: int, port: int, n: int, pairs: int, seconds: float,
-                  think: float) -> dict:
+                  think: float, port_b: int) -> dict:
     """Split N concurrent pairs over `procs` generator processes."""
     shares = [(n // procs + (i < n % procs), pairs // procs + (i < pairs % procs)) for i in range(procs)]
-    futures = [pool.submit(_load_in_process, port, c, p, seconds, think) for c, p in shares if c]
+    futures = [pool.submit(_load_in_process, port, c, p, seconds, think, port_b) for c, p in shares if c]
     parts = [f.result() for f in futures]
     return {"pairs": sum(p["pairs"] for p in parts), "failed": sum(p["failed"] for p in parts),
             "seconds": max(p["seconds"] for p in parts), "latencies": [x for p in parts for x in p["latencies"]]}
@@ -120,8 +161,10 @@ def cases(args: argparse.Namespace) -> list[tuple[str, int, float]]:
     return out
 
 
-async def measure(proc: subprocess.Popen, port: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    ps = psutil.Process(proc.pid)
+async def measure(dep: Deployment, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    ps = psutil.Process(dep.pids[0])
+    every = [psutil.Process(pid) for pid in dep.pids]
+    port, port_b = dep.port_a, dep.port_b
     results: dict[str, dict[str, float]] = {}
     loop = asyncio.get_running_loop()
     procs = args.procs
@@ -136,13 +179,14 @@ async def measure(proc: subprocess.Popen, port: int, args: argparse.Namespace) -
     results["idle"] = {"kib_per_conn": (rss1 - rss0) / args.idle / 1024}
     await asyncio.sleep(1.0)
     with ProcessPoolExecutor(procs) as pool:
-        await loop.run_in_executor(None, parallel_load, pool, procs, port, procs * 2, procs * 4, 5, 0.0)  # warm-up
+        await loop.run_in_executor(None, parallel_load, pool, procs, port, procs * 2, procs * 4, 5, 0.0,
+                                   port_b)  # warm-up
         for label, n, think in cases(args):
-            c0 = cpu(ps)
+            c0 = sum(cpu(p) for p in every)
             h0 = server_latency_buckets(port)
             r = await loop.run_in_executor(None, parallel_load, pool, procs, port, n, args.pairs, args.seconds,
-                                           think)
-            used = cpu(ps) - c0
+                                           think, port_b)
+            used = sum(cpu(p) for p in every) - c0
             h1 = server_latency_buckets(port)
             done = max(1, r["pairs"])
             results[label] = {"pairs": r["pairs"], "failed": r["failed"], "pairs_s": r["pairs"] / r["seconds"],
@@ -156,15 +200,27 @@ async def measure(proc: subprocess.Popen, port: int, args: argparse.Namespace) -
 
 
 def run(which: str, args: argparse.Namespace, tmp: str) -> dict[str, dict[str, float]]:
-    proc, port = start_ours(tmp) if which == "burrow" else start_reference(tmp)
+    dep = deploy(which, tmp)
     try:
-        return asyncio.run(measure(proc, port, args))
+        return asyncio.run(measure(dep, args))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        dep.stop()
+
+
+def replica_table(res: dict, args: argparse.Namespace) -> str:
+    """One row per case and deployment: Burrow on SQLite and on Redis replicas beside the reference."""
+    rows = ["| case | deployment | pairs/s | p50 / p99 add-to-delivery (ms) | CPU per pair (ms) | "
+            "vs reference: pairs/s, CPU |", "|---|---|---:|---:|---:|---:|"]
+    for label, _, _ in cases(args):
+        ref = res.get("reference", {}).get(label)
+        for side, r in res.items():
+            r = r[label]
+            vs = (f"{r['pairs_s'] / ref['pairs_s']:.1f}x, {r['cpu_ms_pair'] / ref['cpu_ms_pair']:.2f}x"
+                  if ref and side != "reference" else "")
+            rows.append(f"| {label} | {side} | {r['pairs_s']:.0f} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} | "
+                        f"{r['cpu_ms_pair']:.2f} | {vs} |")
+    return "\n".join(rows) + ("\n\nCPU per pair is summed over every replica and redis-server; 'vs reference' "
+                              "is burrow/reference (pairs/s: higher is better; CPU: lower is better).")
 
 
 def table(ours: dict, ref: dict, args: argparse.Namespace) -> str:
@@ -201,6 +257,8 @@ def main() -> None:
     ap.add_argument("--think-ms", type=float, default=200.0, help="client think time per step in paced cases")
     ap.add_argument("--procs", type=int, default=1, help="load-generator processes")
     ap.add_argument("--only", choices=["burrow", "reference"], help="run one side only")
+    ap.add_argument("--redis", action="store_true", help="also run Burrow as replicas sharing one redis-server")
+    ap.add_argument("--replicas", default="1,2", help="with --redis: comma-separated replica counts")
     args = ap.parse_args()
     args.levels = [int(x) for x in args.concurrency.split(",") if x]
     args.paced = [int(x) for x in args.paced.split(",") if x]
@@ -209,14 +267,19 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="mailbox-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         sides = [args.only] if args.only else ["burrow", "reference"]
+        if args.redis:
+            sides[1:1] = [f"burrow+redis x{int(n)}" for n in args.replicas.split(",") if n]
         res = {s: run(s, args, tmp) for s in sides}
     print(f"machine: {os.cpu_count()} CPUs, 1-min load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after (other work on the machine skews latency)")
     for s, r in res.items():
         print(s, {k: {kk: round(vv, 2) for kk, vv in v.items()} for k, v in r.items()})
-    if len(res) == 2:
+    if "burrow" in res and "reference" in res:
         print()
         print(table(res["burrow"], res["reference"], args))
+    if args.redis:
+        print()
+        print(replica_table(res, args))
 
 
 if __name__ == "__main__":

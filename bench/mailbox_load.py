@@ -122,10 +122,12 @@ async def _pause(think: float) -> None:
         await asyncio.sleep(think)
 
 
-async def run_pair(host: str, port: int, n: int, latencies: list[float], think: float = 0.0) -> None:
-    """One exchange; `think` seconds pass before each client step (code typing, PAKE math) when > 0."""
+async def run_pair(host: str, port: int, n: int, latencies: list[float], think: float = 0.0,
+                   port_b: int | None = None) -> None:
+    """One exchange; `think` seconds pass before each client step (code typing, PAKE math) when > 0.
+    Side B talks to `port_b` when given (another replica), else to the same server as side A."""
     a = await open_ws(host, port)
-    b = await open_ws(host, port)
+    b = await open_ws(host, port_b or port)
     sa, sb = f"a{n:06d}{os.getpid()}", f"b{n:06d}{os.getpid()}"
     sent: dict[str, float] = {}
     try:
@@ -168,7 +170,7 @@ async def run_pair(host: str, port: int, n: int, latencies: list[float], think: 
 
 
 async def load(host: str, port: int, concurrency: int, max_pairs: int, max_seconds: float,
-               think: float = 0.0) -> dict[str, Any]:
+               think: float = 0.0, port_b: int | None = None) -> dict[str, Any]:
     latencies: list[float] = []
     done = failed = 0
     counter = iter(range(max_pairs))
@@ -181,7 +183,7 @@ async def load(host: str, port: int, concurrency: int, max_pairs: int, max_secon
                 return
             try:
                 async with asyncio.timeout(PAIR_TIMEOUT):
-                    await run_pair(host, port, n, latencies, think)
+                    await run_pair(host, port, n, latencies, think, port_b)
                 done += 1
             except (TimeoutError, OSError, RuntimeError):
                 failed += 1

@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import ClusterDownError, MasterDownError, ReadOnlyError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger("burrow.redis")
 T = TypeVar("T")
@@ -40,9 +42,11 @@ BACKOFF_BASE = 0.1         # first retry delay (seconds) after a failure
 BACKOFF_CAP = 5.0          # longest delay between retries (seconds)
 ROUNDTRIP_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0)
 
-# What a caller catches to tell "Redis is unavailable" from a bug: connection loss, timeouts (TimeoutError
-# is an OSError), cluster redirections that failed, and commands refused while Redis loads its data.
-UNAVAILABLE = (RedisError, OSError)
+# What a caller catches to tell "Redis is unavailable" from a bug: connection loss and timeouts (redis-py's
+# and the OS's), a cluster without a serving node, a replica or loading server refusing writes. A script
+# error or a wrong key type is a bug: it stays a ResponseError and never marks the link unhealthy.
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, ReadOnlyError,
+               MasterDownError, OSError)
 
 
 def key(service: str, tag: str, *rest: str) -> str:

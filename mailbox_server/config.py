@@ -20,6 +20,16 @@ class MailboxConfig:
     db: str = setting("mailbox.sqlite", "SQLite database for channel state (':memory:' keeps nothing)")
     db_fsync: bool = setting(True, "fsync every grouped commit (--no-db-fsync: a commit survives a crash of "
                                    "the server but not of the machine)")
+    redis_url: str | None = setting(None, "keep channel state in Redis so several replicas serve the same "
+                                          "channels (redis://, rediss://, unix://, or any node of a Redis "
+                                          "Cluster); default: this process, persisted with --db")
+    replica_id: str | None = setting(None, "this replica's name in Redis, metrics and the event log; unique "
+                                           "among replicas (default: node name and process id)")
+    redis_wait: float = setting(30.0, "while Redis is unreachable, how long a connected client's request "
+                                      "waits for it before the connection is closed (code 1013) so the "
+                                      "client reconnects later", "s")
+    drain_timeout: float = setting(10.0, "on SIGTERM: stop accepting, ask every client to reconnect "
+                                         "(close code 1012), and exit once they are gone or after this", "s")
     event_log: str | None = setting(None, "append JSON-lines usage events to this file")
     admin_host: str = setting("127.0.0.1", "address of the metrics/health HTTP server")
     admin_port: int = setting(9400, "port of /metrics /healthz /readyz (0 = pick one, -1 = off)")

@@ -57,6 +57,7 @@ SERVER_FULL = "server is full, try again later"
 TOO_FAST = "too many messages, slow down"
 BIND_TIMEOUT = "no bind received in time"
 TOO_MANY_CONNECTIONS = "too many connections from your address"
+STORE_UNAVAILABLE = "mailbox storage unavailable, try again later"  # Redis unreachable: new channels wait
 
 MAX_NAMEPLATE_LEN = 40
 _NAMEPLATE = re.compile(r"[0-9]{1,40}")

@@ -1,11 +1,12 @@
-"""What the protocol core emits (`Send`, `Drop`, `Usage`) and the per-connection `Session` state."""
+"""What the protocol core emits (`Send`, `Drop`, `Usage`, `Request`) and the per-connection `Session`."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .state import App, Mailbox
+from .ops import Op, Prune
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,7 @@ class Drop:
     session: Session
     reason: str
     text: str
+    code: int = 1008  # WebSocket close code
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +32,23 @@ class Usage:
     fields: dict[str, Any]
 
 
-Output = Send | Drop | Usage
+@dataclass(frozen=True, slots=True)
+class Request:
+    """Run `op` on the channel store and hand the result to `MailboxCore.complete(request, result)`.
+
+    `session` is None for store-wide work (pruning)."""
+    session: Session | None
+    op: Op | Prune
+
+
+Output = Send | Drop | Usage | Request
 
 
 @dataclass(slots=True, eq=False)
 class Session:
     """One WebSocket connection's protocol state."""
     started: float
-    app: App | None = None
+    app: str | None = None
     side: str | None = None
     client_impl: str | None = None
     client_version: str | None = None
@@ -45,7 +56,8 @@ class Session:
     did_claim: bool = False
     nameplate: str | None = None
     did_release: bool = False
-    mailbox: Mailbox | None = None  # set while subscribed (open ... close)
+    subscribed: str | None = None  # mailbox id while subscribed (open ... close)
+    next_index: int = 0  # number of the next message of that mailbox this connection should get
     mailbox_id: str | None = None
     did_close: bool = False
     touched: set[str] = field(default_factory=set)  # mailbox ids this connection reached
@@ -54,3 +66,7 @@ class Session:
     closed: bool = False
     bucket_tokens: float = 0.0
     bucket_stamp: float = 0.0
+    pending: Any = None  # the store operation in flight (protocol.Pending); frames wait behind it
+    queued: deque[tuple[bytes | str, float]] = field(default_factory=deque)
+    queued_bytes: int = 0
+    held: list[Send] = field(default_factory=list)  # deliveries that arrived while an operation was in flight

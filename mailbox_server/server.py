@@ -1,19 +1,24 @@
-"""The asyncio mailbox server: listener, per-tick group commit, timers, event log, admin HTTP.
+"""The asyncio mailbox server: listener, channel store, output pipeline, timers, event log, admin HTTP.
 
-Replies never leave before the state they depend on is committed. All outputs of the protocol core
-go into one outbox; a single flusher task takes the outbox together with `core.take_changes()`,
-commits those changes in one transaction on a worker thread, then writes the replies. While one
-commit runs, the next tick's work piles up and is committed together: one fsync serves every message
-that arrived meanwhile, which is where the speed over the reference comes from.
+Replies never leave before the state they depend on is stored. The protocol core's requests go to the
+channel store (`local.LocalStore`: this process and SQLite; `store_redis.RedisStore`: Redis, shared by
+replicas); its answers come back through `answered`, and every output lands in one outbox. A single
+flusher task asks the store to make what it answered durable (one grouped SQLite commit; nothing to do
+for Redis, whose answers arrive already accepted) and then writes the outbox.
+
+On SIGTERM the server drains: /readyz fails, the listener closes, requests in flight finish, every client
+is asked to reconnect (close code 1012, which magic-wormhole answers by reconnecting, through a load
+balancer to another replica), and the process exits once they are gone or after --drain-timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from burrow.common.admin import AdminServer
@@ -22,55 +27,64 @@ from burrow.common.limits import ConnectionCaps
 from burrow.common.listen import tcp_listener
 
 from . import messages as m
+from .channels import ChannelStore
 from .config import MailboxConfig
-from .metrics import Metrics
-from .protocol import Drop, MailboxCore, Output, Send, Session, Usage
-from .store import Store
+from .local import LocalStore
+from .metrics import Metrics, MetricsSnapshot
+from .ops import Delivery, Result
+from .protocol import Drop, MailboxCore, Output, Request, Send, Session, Usage
 from .wsconn import WSConnection
 
 log = logging.getLogger("mailbox_server")
+RECONNECT = 1012  # "service restart": clients reconnect (magic-wormhole does on any close once connected)
+TRY_LATER = 1013  # "try again later": the store stayed unreachable
 
 
 class MailboxServer:
     def __init__(self, config: MailboxConfig) -> None:
         self.config = config
+        self.replica = config.replica_id or f"{config.node_name or socket.gethostname()}-{os.getpid()}"
         self.core = MailboxCore(config.limits(), config.welcome(), allow_list=not config.disallow_list)
         self.frame_limit = config.limits().max_frame_bytes if config.max_message_bytes > 0 else None
-        self.store: Store | None = None
-        self.store_errors = 0
         self.events = EventLog(config.event_log, "mailbox", node=config.node_name, blur=config.blur_usage)
         self.caps = ConnectionCaps(config.max_connections, config.max_connections_per_ip)
         self.refusals: Counter[str] = Counter()
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(self.metrics_snapshot, self.replica)
+        self.store: ChannelStore = self._make_store()
         self.conns: dict[Session, WSConnection] = {}
         self.port: int | None = None
         self.admin_port: int | None = None
         self.ready = False  # listener bound and state loaded, not shutting down
-        self.store_ok = True  # the last commit succeeded
+        self.draining = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._outbox: list[Output] = []
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mailbox-db")
         self._server: asyncio.AbstractServer | None = None
         self._admin: AdminServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._messages_at_stats = 0
+
+    def _make_store(self) -> ChannelStore:
+        cfg = self.config
+        if cfg.redis_url:
+            from .store_redis import RedisStore  # redis-py loads only when asked for
+
+            return RedisStore(cfg.redis_url, cfg.limits(), self.replica, self.metrics.registry,
+                              wait=cfg.redis_wait, expiry=cfg.channel_expiry)
+        return LocalStore(cfg.db, cfg.db_fsync, cfg.limits(), commit_seconds=self.metrics.commit_seconds)
 
     # ---- start / stop ------------------------------------------------------------------------
     async def start(self) -> int:
         self.loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
-        self.store = await self.loop.run_in_executor(self._executor, Store, self.config.db,
-                                                     self.config.db_fsync)
-        apps = await self.loop.run_in_executor(self._executor, self.store.load)
-        self.core.load(apps)
-        self._usage(self.core.prune(time.time(), self.config.channel_expiry))
+        await self.store.start(self)
+        self._handle([self.core.prune(time.time(), self.config.channel_expiry)])
         self._server = await self._listen()
         self.port = self._server.sockets[0].getsockname()[1]
         if self.config.admin_port >= 0:
-            self._admin = AdminServer(self.metrics.registry, ready=lambda: self.ready and self.store_ok,
+            self._admin = AdminServer(self.metrics.registry, ready=lambda: self.ready and self.store.healthy(),
                                       service="mailbox")
             self.admin_port = await self._admin.start(self.config.admin_host, self.config.admin_port)
         self._tasks = [asyncio.create_task(self._flusher()), asyncio.create_task(self._every(
@@ -78,8 +92,9 @@ class MailboxServer:
                 self.config.stats_interval, self._stats)), asyncio.create_task(self._every(
                     max(1.0, min(self.config.ping_interval, self.config.idle_timeout) / 2), self._sweep))]
         self.ready = True
-        log.info("mailbox server on port %s (%d mailboxes, %d nameplates loaded)", self.port,
-                 self.core.mailbox_count, self.core.nameplate_count)
+        mailboxes, nameplates, _ = self.store.counts()
+        log.info("mailbox server %s on port %s (%s; %d mailboxes, %d nameplates)", self.replica, self.port,
+                 "redis" if self.config.redis_url else "sqlite", mailboxes, nameplates)
         return self.port
 
     async def _listen(self) -> asyncio.AbstractServer:
@@ -88,17 +103,21 @@ class MailboxServer:
         return await self.loop.create_server(factory, sock=tcp_listener(self.config.host, self.config.port))
 
     async def stop(self) -> None:
+        """Drain: refuse new work, finish requests in flight, ask clients to reconnect, then exit."""
         self.ready = False
+        self.draining = True
         if self._server is not None:
             self._server.close()
         for task in self._tasks[1:]:
             task.cancel()
+        deadline = time.monotonic() + max(0.0, self.config.drain_timeout)
+        while any(s.pending is not None for s in self.conns) and time.monotonic() < deadline:
+            await self._drain()
+            await asyncio.sleep(0.01)
         await self._drain()
         for conn in list(self.conns.values()):
-            conn.drop("shutdown", "server shutting down", code=1001)
-        for _ in range(20):  # give clients a moment to answer the close frame (bounded: 1 s)
-            if not self.conns:
-                break
+            conn.drop("shutdown", "server restarting, reconnect", code=RECONNECT)
+        while self.conns and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for conn in list(self.conns.values()):
             if conn.transport is not None:
@@ -109,17 +128,28 @@ class MailboxServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._admin is not None:
             await self._admin.stop()
-        if self.store is not None:
-            await self.loop.run_in_executor(self._executor, self.store.close)
-            self.store = None
-        self._executor.shutdown(wait=True)
+        await self.store.close()
         self.events.close()
 
     async def _drain(self) -> None:
         for _ in range(3):
             await self._commit_and_deliver()
 
-    # ---- connections -------------------------------------------------------------------------
+    # ---- connections (the ConnectionHost each WSConnection talks to) ---------------------------
+    @property
+    def max_write_buffer(self) -> int:
+        return self.config.max_write_buffer
+
+    @property
+    def trust_x_real_ip(self) -> bool:
+        return self.config.trust_x_real_ip
+
+    def count_refusal(self, limit: str) -> None:
+        self.refusals[limit] += 1
+
+    def count_error(self, text: str) -> None:
+        self.core.errors[text] += 1
+
     def connection_open(self, conn: WSConnection, you: dict[str, Any], cap_key: str) -> None:
         now = time.time()
         refused = self.caps.try_acquire(cap_key)
@@ -135,13 +165,15 @@ class MailboxServer:
             conn.cap_ip = cap_key
             if self.config.bind_deadline > 0:
                 self.loop.call_later(self.config.bind_deadline, self._bind_deadline, session)
-        self.enqueue(out)
+        self._handle(out)
 
     def _bind_deadline(self, session: Session) -> None:
-        self.enqueue(self.core.bind_timed_out(session))
+        self._handle(self.core.bind_timed_out(session))
 
     def receive(self, conn: WSConnection, payload: bytes) -> None:
-        self.enqueue(self.core.receive(conn.session, payload, time.time()))
+        if self.draining:
+            return  # unacknowledged: the client sends it again after reconnecting
+        self._handle(self.core.receive(conn.session, payload, time.time()))
 
     def connection_gone(self, conn: WSConnection) -> None:
         s = conn.session
@@ -154,15 +186,36 @@ class MailboxServer:
         now = time.time()
         self.core.disconnect(s, now)
         self.events.emit("connection", started=s.started, duration=max(0.0, now - s.started),
-                         app_id=s.app.app_id if s.app else None, client_impl=s.client_impl,
-                         client_version=s.client_version, messages_in=s.messages_in, errors=s.errors,
-                         close_reason=conn.close_reason)
+                         app_id=s.app, client_impl=s.client_impl, client_version=s.client_version,
+                         messages_in=s.messages_in, errors=s.errors, close_reason=conn.close_reason)
+
+    # ---- the channel store's callbacks (StoreHost) -------------------------------------------
+    def answered(self, req: Request, result: Result) -> None:
+        self._handle(self.core.complete(req, result))
+
+    def delivered(self, d: Delivery) -> None:
+        self._handle(self.core.deliver(d))
+
+    def gone(self, app: str, mailbox: str) -> None:
+        self.core.mailbox_gone(app, mailbox)
+
+    def active(self) -> frozenset[tuple[str, str]]:
+        return self.core.active()
+
+    def unavailable(self, req: Request) -> None:
+        if req.session is not None:
+            self._handle([Drop(req.session, "store", "storage unavailable, reconnect later", TRY_LATER)])
 
     # ---- output pipeline ---------------------------------------------------------------------
-    def enqueue(self, out: list[Output]) -> None:
-        if out:
-            self._outbox.extend(out)
-            self._wake.set()
+    def _handle(self, out: list[Output]) -> None:
+        if not out:
+            return
+        for item in out:
+            if type(item) is Request:
+                self.store.submit(item)
+            else:
+                self._outbox.append(item)
+        self._wake.set()
 
     async def _flusher(self) -> None:
         while True:
@@ -172,23 +225,10 @@ class MailboxServer:
 
     async def _commit_and_deliver(self) -> None:
         async with self._flush_lock:  # the flusher and stop() must not interleave batches
-            await self._commit_and_deliver_locked()
-
-    async def _commit_and_deliver_locked(self) -> None:
-        out, self._outbox = self._outbox, []
-        changes = self.core.take_changes()
-        if changes is not None and self.store is not None:
-            t0 = time.perf_counter()
-            try:
-                await self.loop.run_in_executor(self._executor, self.store.apply, changes)
-                self.store_ok = True
-            except Exception:  # keep serving from memory; /readyz and the metric tell the operator
-                self.store_errors += 1
-                self.store_ok = False
-                log.exception("database commit failed")
-            self.metrics.commit_seconds.observe(time.perf_counter() - t0)
-        if out:
-            self._deliver(out)
+            out, self._outbox = self._outbox, []
+            await self.store.flush()
+            if out:
+                self._deliver(out)
 
     def _deliver(self, out: list[Output]) -> None:
         now = time.time()
@@ -216,14 +256,20 @@ class MailboxServer:
                     pending = batches.pop(conn, None)
                     if pending:
                         conn.send_many(pending)
-                    conn.drop(item.reason, item.text)
+                    conn.drop(item.reason, item.text, item.code)
             elif type(item) is Usage:
                 self.events.emit(item.event, **item.fields)
         for conn, batch in batches.items():
             conn.send_many(batch)
 
-    def _usage(self, out: list[Output]) -> None:
-        self.enqueue(out)
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        core = self.core
+        mailboxes, nameplates, stored = self.store.counts()
+        return MetricsSnapshot(
+            connections=len(self.conns), mailboxes=mailboxes, nameplates=nameplates,
+            messages_total=core.messages_total, stored_bytes=stored, moods=dict(core.moods),
+            errors=dict(core.errors), refusals=dict(core.refusals + self.refusals),
+            commits=getattr(self.store, "commits", 0), store_errors=getattr(self.store, "errors", 0))
 
     # ---- timers ------------------------------------------------------------------------------
     async def _every(self, period: float, fn: Any) -> None:
@@ -235,12 +281,13 @@ class MailboxServer:
                 log.exception("periodic task %s failed", fn.__name__)
 
     def _prune(self) -> None:
-        self.enqueue(self.core.prune(time.time(), self.config.channel_expiry))
+        self._handle([self.core.prune(time.time(), self.config.channel_expiry)])
 
     def _stats(self) -> None:
         total = self.core.messages_total
+        mailboxes, nameplates, _ = self.store.counts()
         self.events.emit("stats", interval=float(self.config.stats_interval), connections=len(self.conns),
-                         mailboxes=self.core.mailbox_count, nameplates=self.core.nameplate_count,
+                         mailboxes=mailboxes, nameplates=nameplates,
                          messages_interval=total - self._messages_at_stats)
         self._messages_at_stats = total
 
@@ -252,4 +299,3 @@ class MailboxServer:
                 conn.drop("timeout", "idle timeout")
             elif quiet > self.config.ping_interval:
                 conn.ping()
-

@@ -1,6 +1,6 @@
-"""The mailbox server's state: apps, nameplates, mailboxes and their messages, all held in memory.
+"""The single-node channel state: apps, nameplates, mailboxes and their messages, held in memory.
 
-`store.py` persists it (write-behind, one transaction per event-loop tick, committed before any reply
+`memory.py` changes it, `store.py` persists it (write-behind, one transaction per event-loop tick, committed before any reply
 leaves), and loads it back at start-up. The usage summaries follow the reference's `result` rules so
 the event log's moods mean what operators of the reference are used to.
 """
@@ -50,7 +50,6 @@ class Mailbox:
     messages: list[StoredMessage] = field(default_factory=list)
     body_bytes: int = 0
     persisted: int = 0  # messages[:persisted] are already in the database
-    listeners: set[Any] = field(default_factory=set)  # sessions subscribed by `open` (not persisted)
 
 
 @dataclass(slots=True)
@@ -109,7 +108,8 @@ def nameplate_usage(np: Nameplate, now: float, pruned: bool) -> dict[str, Any]:
             "waiting_time": times[1] - times[0] if len(times) > 1 else None, "mood": mood}
 
 
-def mailbox_usage(mb: Mailbox, now: float, pruned: bool) -> dict[str, Any]:
+def mailbox_usage(mb: Mailbox, now: float, pruned: bool, messages: int | None = None) -> dict[str, Any]:
+    """The `mailbox` event of a deleted mailbox; `messages` counts them when `mb.messages` is not loaded."""
     times = sorted(s.added for s in mb.sides.values()) or [now]
     n = len(mb.sides)
     mood = "quiet" if n == 0 else "lonely" if n == 1 else "happy"
@@ -123,5 +123,6 @@ def mailbox_usage(mb: Mailbox, now: float, pruned: bool) -> dict[str, Any]:
         mood = "crowded"
     return {"started": times[0], "duration": max(0.0, now - times[0]),
             "waiting_time": times[1] - times[0] if len(times) > 1 else None, "mood": mood,
-            "for_nameplate": mb.for_nameplate, "sides": n, "messages": len(mb.messages),
+            "for_nameplate": mb.for_nameplate, "sides": n,
+            "messages": len(mb.messages) if messages is None else messages,
             "bytes": mb.body_bytes}

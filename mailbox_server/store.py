@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass, field
 from typing import Any
 
+from .changes import Changes
 from .state import App, Mailbox, MailboxSide, Nameplate, NameplateSide, StoredMessage
 
 SCHEMA_VERSION = 1
@@ -36,17 +36,6 @@ CREATE INDEX IF NOT EXISTS messages_by_mailbox ON messages (app_id, mailbox_id);
 
 class StoreError(Exception):
     """The database is unusable (wrong schema version, unreadable file)."""
-
-
-@dataclass
-class Changes:
-    """Rows to write in one transaction, snapshotted on the event loop by `MailboxCore`."""
-    purge_messages: list[tuple[str, str]] = field(default_factory=list)
-    delete_mailboxes: list[tuple[str, str]] = field(default_factory=list)
-    put_mailboxes: list[tuple[str, str, int, float, dict[str, Any]]] = field(default_factory=list)
-    add_messages: list[tuple[Any, ...]] = field(default_factory=list)
-    delete_nameplates: list[tuple[str, str]] = field(default_factory=list)
-    put_nameplates: list[tuple[str, str, str, dict[str, Any]]] = field(default_factory=list)
 
 
 def _msg_id_out(raw: Any) -> Any:

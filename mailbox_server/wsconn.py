@@ -1,7 +1,8 @@
 """One client connection: asyncio.Protocol + the `websockets` sans-IO ServerProtocol.
 
-No task per connection: bytes in -> WebSocket frames -> `MailboxCore.receive`; replies come back
-through `MailboxServer.enqueue` and leave after the tick's database commit. WebSocket pings are
+No task per connection: bytes in -> WebSocket frames -> the host's `receive`; replies come back
+through `send_many`/`drop` once the state they depend on is stored. The connection knows its server only
+through `ConnectionHost`, the few calls and settings it needs. WebSocket pings are
 answered inside `websockets`; `GET /` answers like the reference ("Wormhole Relay"); only `/v1`
 upgrades; everything else is 404.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import typing
 from typing import TYPE_CHECKING, Any
 
 from websockets.exceptions import PayloadTooBig
@@ -22,8 +24,7 @@ from websockets.protocol import CLOSED, OPEN, SERVER, Protocol
 from websockets.server import ServerProtocol
 
 if TYPE_CHECKING:
-    from .protocol import Session
-    from .server import MailboxServer
+    from .outputs import Session
 
 log = logging.getLogger("mailbox_server")
 HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
@@ -48,11 +49,39 @@ def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
     return {"port": sock_port, ("ipv6" if ":" in sock_ip else "ipv4"): sock_ip}, sock_ip
 
 
+class ConnectionHost(typing.Protocol):
+    """What a connection needs from the server that accepted it."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def frame_limit(self) -> int | None: ...  # largest WebSocket message accepted (None: no limit)
+    @property
+    def max_write_buffer(self) -> int: ...  # unread output (bytes) before the client is dropped
+    @property
+    def trust_x_real_ip(self) -> bool: ...  # count per-IP limits by X-Real-IP
+
+    def connection_open(self, conn: WSConnection, you: dict[str, Any], cap_key: str) -> None:
+        """The upgrade succeeded: `you` is the welcome's your-address, `cap_key` the per-IP limit's key."""
+
+    def receive(self, conn: WSConnection, payload: bytes) -> None:
+        """One complete WebSocket message from an open connection."""
+
+    def connection_gone(self, conn: WSConnection) -> None:
+        """The TCP connection closed (for any reason)."""
+
+    def count_refusal(self, limit: str) -> None:
+        """A limit refused something on this connection (`burrow_mailbox_refusals_total{limit}`)."""
+
+    def count_error(self, text: str) -> None:
+        """The connection was failed for a protocol error (`burrow_mailbox_errors_total{reason}`)."""
+
+
 class WSConnection(asyncio.Protocol):
-    def __init__(self, server: MailboxServer) -> None:
-        self.server = server
+    def __init__(self, host: ConnectionHost) -> None:
+        self.host = host
         self.transport: asyncio.Transport | None = None
-        self.ws = ServerProtocol(max_size=server.frame_limit)
+        self.ws = ServerProtocol(max_size=host.frame_limit)
         self.session: Session | None = None
         self.ip = ""
         self.cap_ip: str | None = None  # key held in the connection caps
@@ -64,7 +93,7 @@ class WSConnection(asyncio.Protocol):
     # ---- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.timer = self.server.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        self.timer = self.host.loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
         self.last_rx = time.monotonic()
@@ -81,9 +110,9 @@ class WSConnection(asyncio.Protocol):
             too_big = isinstance(self.ws.parser_exc, PayloadTooBig)
             self.close_reason = "limit" if too_big else "protocol"
             if too_big:
-                self.server.refusals["message_bytes"] += 1
+                self.host.count_refusal("message_bytes")
             else:
-                self.server.core.errors["bad websocket frame"] += 1
+                self.host.count_error("bad websocket frame")
         self.flush_ws()
 
     def eof_received(self) -> bool | None:
@@ -94,7 +123,7 @@ class WSConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.timer is not None:
             self.timer.cancel()
-        self.server.connection_gone(self)
+        self.host.connection_gone(self)
 
     # ---- handshake ---------------------------------------------------------------------------
     def _handshake_timeout(self) -> None:
@@ -119,29 +148,29 @@ class WSConnection(asyncio.Protocol):
             # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
             # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
             self.transport.write(b"".join(self.ws.data_to_send()))
-            self.ws = Protocol(SERVER, state=OPEN, max_size=self.server.frame_limit)
+            self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         you, self.ip = address_of(self.transport.get_extra_info("peername"), request.headers)
         key = self.ip
-        if self.server.config.trust_x_real_ip and request.headers.get("X-Real-IP"):
+        if self.host.trust_x_real_ip and request.headers.get("X-Real-IP"):
             key = request.headers["X-Real-IP"].strip()
-        self.server.connection_open(self, you, key)
+        self.host.connection_open(self, you, key)
 
     # ---- frames ------------------------------------------------------------------------------
     def _handle_frame(self, frame: Any) -> None:
         op = frame.opcode
         if op is OP_TEXT or op is OP_BINARY:
             if frame.fin:
-                self.server.receive(self, frame.data)
+                self.host.receive(self, frame.data)
             else:
                 self.fragments = [frame.data]
         elif op is OP_CONT and self.fragments:
             self.fragments.append(frame.data)
             if frame.fin:
                 payload, self.fragments = b"".join(self.fragments), []
-                self.server.receive(self, payload)
+                self.host.receive(self, payload)
 
     # ---- output ------------------------------------------------------------------------------
     def send_many(self, payloads: list[bytes]) -> None:
@@ -164,13 +193,13 @@ class WSConnection(asyncio.Protocol):
             if eof or self.ws.state is CLOSED:
                 t.close()
                 return
-            if t.get_write_buffer_size() > self.server.config.max_write_buffer:
-                self.server.refusals["write_buffer"] += 1
+            if t.get_write_buffer_size() > self.host.max_write_buffer:
+                self.host.count_refusal("write_buffer")
                 self.close_reason = "limit"
                 t.abort()
                 return
         if self.ws.close_expected() and self.timer is None:
-            self.timer = self.server.loop.call_later(CLOSE_GRACE, self._force_close)
+            self.timer = self.host.loop.call_later(CLOSE_GRACE, self._force_close)
 
     def drop(self, reason: str, text: str, code: int = 1008) -> None:
         """Close with a close frame (after what was already written), then the TCP connection."""

@@ -42,7 +42,7 @@ def test_random_frames_never_crash_or_leak(tmp_path_factory, frames):
     received: dict[str, list] = {"a": [], "b": []}
     for who, payload in frames:
         got = h.feed(attackers[who], payload)
-        changes = h.core.take_changes()
+        changes = h.store.take_changes()
         if changes is not None:
             store.apply(changes)  # whatever an attacker sent, the batch must still commit
         for name in ("a", "b"):
@@ -52,7 +52,7 @@ def test_random_frames_never_crash_or_leak(tmp_path_factory, frames):
     got = h.send(b, type="add", phase="pake", body="bb")
     assert [m["side"] for m in got["a"]] == ["side-b"]
     assert [(m["type"], m.get("side")) for m in got["b"]] == [("ack", None), ("message", "side-b")]
-    changes = h.core.take_changes()
+    changes = h.store.take_changes()
     if changes is not None:
         store.apply(changes)
     loaded = store.load()

@@ -177,10 +177,10 @@ async def test_prune_timer_stats_line_and_metrics(tmp_path):
                 await recv(a)
         # the client left without closing: both channels expire by the prune timer
         for _ in range(100):
-            if srv.core.mailbox_count == 0:
+            if srv.store.counts()[0] == 0:
                 break
             await asyncio.sleep(0.05)
-        assert srv.core.mailbox_count == 0 and srv.core.nameplate_count == 0
+        assert srv.store.counts()[:2] == (0, 0)
         await asyncio.sleep(0.3)
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{srv.admin_port}/metrics") as r:

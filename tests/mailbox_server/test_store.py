@@ -8,7 +8,7 @@ from .vectors import Harness
 
 
 def _commit(h: Harness, store: Store) -> None:
-    changes = h.core.take_changes()
+    changes = h.store.take_changes()
     if changes is not None:
         store.apply(changes)
 
@@ -45,7 +45,7 @@ def test_state_survives_reopen(tmp_path):
 
     again = Store(path)
     loaded = again.load()
-    assert _snapshot(loaded) == _snapshot(h.core.apps)
+    assert _snapshot(loaded) == _snapshot(h.store.apps)
     mb = loaded["app"].mailboxes["mb1"]
     assert [m.msg_id for m in mb.messages] == ["i1", 5]
     assert mb.body_bytes == 4 and mb.persisted == 2

@@ -1,0 +1,391 @@
+"""Channel state in Redis, shared by every replica of the mailbox: the ChannelStore behind --redis-url.
+
+Each request from the protocol core is one call of the script in redis_lua.py on its app's keys (one
+hash tag per app, so a Redis Cluster keeps each call in one slot). Requests that arrive while a batch is
+out are sent together as the next pipeline: one round trip serves every connection that spoke meanwhile,
+and a reply (an ack included) leaves only after Redis ran the script that it depends on.
+
+Fan-out: a replica that opens a mailbox for a connection adds itself to the mailbox's subscriber set in
+the same script, and the script of every `add` publishes the message on each subscribed replica's
+sharded channel `burrow:mailbox:{<app>}:bus:<replica>`. Every replica reads its channel (one blocking
+reader per app, no polling) and hands messages to the core, which gives each subscriber every message
+number once and in order, whichever replica added it. If the reader loses Redis it resubscribes and
+re-reads the subscribed mailboxes, so nothing added meanwhile is missed.
+
+Redis unreachable: `healthy()` is False (/readyz fails), requests that start an exchange (`allocate`,
+`claim`, `list`) get the error "mailbox storage unavailable, try again later", the others wait for
+Redis (retried with the same op id, so a script that ran but whose reply was lost is not run twice) up
+to `wait` seconds; then the connection is closed so the client reconnects later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import logging
+import random
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Histogram
+from redis.exceptions import NoScriptError, ResponseError
+
+from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+
+from . import messages as m
+from .channels import StoreHost
+from .limits import Limits
+from .memory import new_mailbox_id
+from .ops import Add, Allocate, Claim, Close, Delivery, ListNames, Open, Prune, Release, Result
+from .outputs import Request
+from .redis_bus import Bus
+from .redis_lua import SCRIPT
+from .state import Mailbox, MailboxSide, Nameplate, NameplateSide, mailbox_usage, nameplate_usage
+
+log = logging.getLogger("mailbox_server")
+SERVICE = "mailbox"
+APPS = key(SERVICE, "apps")  # every app id seen, for pruning and the totals behind the global limits
+STATS_INTERVAL = 1.0  # seconds between refreshes of the totals (metrics, --max-mailboxes, --max-stored-bytes)
+PRUNE_BATCH = 500  # mailboxes one prune call deletes at most
+NEW_EXCHANGE = (ListNames, Allocate, Claim)
+OPS = {ListNames: "list", Allocate: "allocate", Claim: "claim", Release: "release", Open: "open", Add: "add",
+       Close: "close"}
+LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0)
+
+
+def app_prefix(app: str) -> str:
+    """`burrow:mailbox:{<app>}:`; an app id with braces (or a very long one) is tagged by its hash."""
+    tag = app if len(app) <= 200 and "{" not in app and "}" not in app else "h" + hashlib.sha1(app.encode()).hexdigest()
+    return key(SERVICE, tag, "")
+
+
+@dataclass(eq=False)
+class Job:
+    req: Request
+    opid: str
+    since: float  # monotonic time of the first attempt
+    retry: bool = False  # an earlier attempt may have run: answer from the recorded reply if there is one
+
+
+class RedisStore:
+    def __init__(self, url: str, limits: Limits, replica: str, registry: CollectorRegistry | None = None, *,
+                 wait: float = 30.0, expiry: float = 660.0, rng: random.Random | None = None,
+                 mailbox_id: Callable[[], str] = new_mailbox_id) -> None:
+        self.limits, self.replica, self.wait, self.expiry = limits, replica, wait, expiry
+        self.new_mailbox_id = mailbox_id
+        self.link = RedisLink(url, RedisMetrics(registry, SERVICE, replica) if registry is not None else None)
+        self.lag = Histogram("burrow_mailbox_pubsub_lag_seconds", "from receiving an `add` (on any replica) to "
+                             "reading it from Redis pub/sub here", ["replica"], buckets=LAG_BUCKETS,
+                             registry=registry).labels(replica) if registry is not None else None
+        self.host: StoreHost | None = None
+        self.rng = rng or random.Random()
+        self._queue: list[Job] = []
+        self._waiting: list[Job] = []  # held until Redis answers again
+        self._wake = asyncio.Event()
+        self._sha = ""
+        self._buses: dict[str, Bus] = {}
+        self._known_apps: set[str] = set()
+        self._stats: dict[str, tuple[int, int, int]] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._run_id = uuid.uuid4().hex[:10] + "."  # op ids stay unique across restarts of this replica
+        self._op_numbers = itertools.count()
+
+    # ---- life cycle --------------------------------------------------------------------------
+    async def start(self, host: StoreHost) -> None:
+        self.host = host
+        self._wake = asyncio.Event()
+        await self.link.start()
+        self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
+        self.link.on_health_change(self._health_changed)
+        await self._refresh_stats()
+        touch = max(0.05, min(60.0, self.expiry / 3))
+        self._tasks = [asyncio.create_task(self._runner(), name="mailbox-redis"),
+                       asyncio.create_task(self._every(STATS_INTERVAL, self._refresh_stats)),
+                       asyncio.create_task(self._every(touch, self._touch)),
+                       asyncio.create_task(self._every(1.0, self._expire))]
+
+    async def close(self) -> None:
+        for _ in range(50):  # what was submitted before the drain gets its answer (bounded: 5 s)
+            if not self._queue or not self.link.healthy:
+                break
+            await asyncio.sleep(0.1)
+        for t in self._tasks:
+            t.cancel()
+        for bus in self._buses.values():
+            await bus.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.link.close()
+
+    def healthy(self) -> bool:
+        return self.link.healthy
+
+    def counts(self) -> tuple[int, int, int]:
+        values = list(self._stats.values())
+        return tuple(sum(v[i] for v in values) for i in range(3))  # type: ignore[return-value]
+
+    async def flush(self) -> None:
+        """Nothing to do: every answer arrives after Redis accepted the change."""
+
+    # ---- requests ----------------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        job = Job(req, f"{self._run_id}{next(self._op_numbers):x}", time.monotonic())
+        if type(req.op) is Prune:
+            self._tasks.append(asyncio.create_task(self._prune(job)))
+            return
+        if not self.link.healthy:
+            if type(req.op) in NEW_EXCHANGE:
+                self.host.answered(req, Result(error=m.STORE_UNAVAILABLE, refusal="store"))
+            else:
+                self._waiting.append(job)
+            return
+        self._queue.append(job)
+        self._wake.set()
+
+    async def _runner(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            jobs, self._queue = self._queue, []
+            if jobs:
+                try:
+                    await self._run(jobs)
+                except Exception:
+                    log.exception("Redis batch failed")
+                    self._hold(jobs)
+
+    async def _run(self, jobs: list[Job]) -> None:
+        client = self.link.client
+        new_apps = {j.req.op.app for j in jobs} - self._known_apps
+        for app in {j.req.op.app for j in jobs if type(j.req.op) is Open}:
+            if not await self._bus(app).wait_ready():
+                self._hold([j for j in jobs if j.req.op.app == app])
+                jobs = [j for j in jobs if j.req.op.app != app]
+        pipe = client.pipeline(transaction=False)
+        for app in new_apps:
+            pipe.sadd(APPS, app)
+        for j in jobs:
+            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j)))
+        try:
+            replies = await self.link.timed(pipe.execute(raise_on_error=False))
+        except UNAVAILABLE:
+            self._hold(jobs)
+            return
+        self._known_apps |= new_apps
+        again = []
+        for j, reply in zip(jobs, replies[len(new_apps):], strict=True):
+            if isinstance(reply, NoScriptError):  # Redis restarted without its script cache
+                again.append(j)
+            elif isinstance(reply, ResponseError):
+                log.error("mailbox script failed: %s", reply)
+                self.host.answered(j.req, Result(error=m.STORE_UNAVAILABLE, refusal="store"))
+            elif isinstance(reply, Exception):
+                self._hold([j])
+            else:
+                self.host.answered(j.req, self._result(j.req.op, reply))
+        if again:
+            self._sha = await self.link.timed(client.script_load(SCRIPT))
+            for j in again:
+                j.retry = True
+            self._queue[:0] = again
+            self._wake.set()
+
+    def _args(self, job: Job) -> list:
+        op = job.req.op
+        lim = self.limits
+        mailboxes, _, stored = self.counts()
+        own = self._stats.get(op.app, (0, 0, 0))
+        touched = sorted(getattr(op, "touched", ()))
+        args = [OPS[type(op)], op.side, repr(op.now), self.replica, job.opid, "1" if job.retry else "0",
+                lim.max_messages_per_mailbox, lim.max_mailbox_bytes, lim.max_stored_bytes, lim.max_mailboxes,
+                max(0, mailboxes - own[0]), max(0, stored - own[2]), getattr(op, "max_touched", 0),
+                len(touched), *touched]
+        kind = type(op)
+        if kind is Allocate:
+            args += [self.rng.randrange(1 << 31), self.new_mailbox_id()]
+        elif kind is Claim:
+            args += [op.name, self.new_mailbox_id()]
+        elif kind is Release:
+            args.append(op.name)
+        elif kind is Open:
+            args.append(op.mailbox)
+        elif kind is Add:
+            msg = m.message(op.side, op.phase, op.body, op.now, op.msg_id)
+            args += [op.mailbox, json.dumps(msg, separators=(", ", ": ")), len(op.body) + len(op.phase),
+                     len(op.body)]
+        elif kind is Close:
+            args += [op.mailbox, op.mood or "", "1" if op.subscribed else "0"]
+        return args
+
+    def _result(self, op, reply: list, app: str = "") -> Result:
+        app = app or op.app
+        err, refusal, fatal, reached, value, usage, gone = (_text(x) for x in reply[:7])
+        extra = reply[7:]
+        res = Result(touched=reached or None)
+        if err:
+            res.error, res.refusal, res.fatal = getattr(m, err), refusal or None, fatal == "1"
+        kind = type(op)
+        if kind is ListNames:
+            res.value = sorted(_text(x) for x in extra)
+        elif kind is Allocate or kind is Claim:
+            res.value = value
+        elif kind is Open and not err:
+            res.replay = [json.loads(x) for x in extra]
+        elif kind is Add and not err:
+            res.value = int(value)  # the new message's number; it is delivered through pub/sub
+        if usage:
+            res.usage = [_usage(app, rec, op.now) for rec in json.loads(usage)]
+        if gone:
+            res.gone = [(app, mailbox) for mailbox in json.loads(gone)]
+        return res
+
+    # ---- Redis down and back -----------------------------------------------------------------
+    def _hold(self, jobs: list[Job]) -> None:
+        for j in jobs:
+            j.retry = True
+        self._waiting.extend(jobs)
+
+    def _health_changed(self, ok: bool) -> None:
+        if ok and self._waiting:
+            self._queue.extend(self._waiting)
+            self._waiting = []
+            self._wake.set()
+
+    def _expire(self) -> None:
+        if not self._waiting:
+            return
+        give_up = time.monotonic() - self.wait
+        keep = []
+        for j in self._waiting:
+            if j.since < give_up:
+                self.host.unavailable(j.req)
+            else:
+                keep.append(j)
+        self._waiting = keep
+
+    # ---- fan-out -----------------------------------------------------------------------------
+    def _bus(self, app: str) -> Bus:
+        bus = self._buses.get(app)
+        if bus is None:
+            bus = self._buses[app] = Bus(self, app_prefix(app) + "bus:" + self.replica, app)
+        return bus
+
+    def bus_message(self, app: str, data: bytes) -> None:
+        if data[:1] == b"m":
+            index, _, rest = data[1:].partition(b" ")
+            size, _, rest = rest.partition(b" ")
+            n = int(size)
+            msg = json.loads(rest[n:])
+            if self.lag is not None:
+                self.lag.observe(max(0.0, time.time() - msg["server_rx"]))
+            self.host.delivered(Delivery(app, rest[:n].decode(), int(index), msg))
+        elif data[:1] == b"g":
+            self.host.gone(app, data[1:].decode())
+
+    async def resync(self, app: str) -> None:
+        """After the reader lost Redis: every subscribed mailbox again (the core skips what it had)."""
+        mailboxes = [mb for a, mb in self.host.active() if a == app]
+        if not mailboxes:
+            return
+        prefix = app_prefix(app)
+        pipe = self.link.client.pipeline(transaction=False)
+        for mb in mailboxes:
+            pipe.exists(prefix + "mb:" + mb)
+            pipe.lrange(prefix + "msgs:" + mb, 0, -1)
+        replies = await self.link.timed(pipe.execute())
+        for i, mb in enumerate(mailboxes):
+            if not replies[2 * i]:
+                self.host.gone(app, mb)
+                continue
+            for index, raw in enumerate(replies[2 * i + 1]):
+                self.host.delivered(Delivery(app, mb, index, json.loads(raw)))
+
+    # ---- timers ------------------------------------------------------------------------------
+    async def _every(self, period: float, fn) -> None:
+        while True:
+            await asyncio.sleep(period)
+            if not self.link.healthy:
+                continue
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except UNAVAILABLE as exc:
+                log.warning("Redis task %s failed: %s", fn.__name__, exc)
+            except Exception:
+                log.exception("Redis task %s failed", fn.__name__)
+
+    async def _refresh_stats(self) -> None:
+        client = self.link.client
+        apps = sorted(_text(a) for a in await self.link.timed(client.smembers(APPS)))
+        if not apps:
+            self._stats = {}
+            return
+        pipe = client.pipeline(transaction=False)
+        for app in apps:
+            pipe.hmget(app_prefix(app) + "stats", "m", "n", "b")
+        rows = await self.link.timed(pipe.execute())
+        self._stats = {app: tuple(int(x or 0) for x in row) for app, row in zip(apps, rows, strict=True)}
+
+    async def _touch(self) -> None:
+        """Keep the mailboxes subscribed here from being pruned by any replica."""
+        by_app: dict[str, list[str]] = defaultdict(list)
+        for app, mb in self.host.active():
+            by_app[app].append(mb)
+        if not by_app:
+            return
+        pipe = self.link.client.pipeline(transaction=False)
+        now = repr(time.time())
+        for app, mailboxes in by_app.items():
+            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(app), _packed(
+                ["touch", "", now, self.replica, "", "0", 0, 0, 0, 0, 0, 0, 0, 0, *mailboxes]))
+        await self.link.timed(pipe.execute())
+
+    async def _prune(self, job: Job) -> None:
+        op: Prune = job.req.op
+        res = Result()
+        try:
+            apps = sorted(_text(a) for a in await self.link.timed(self.link.client.smembers(APPS)))
+            for app in apps:
+                active = [mb for a, mb in op.active if a == app]
+                while True:
+                    reply = await self.link.timed(self.link.client.evalsha(self._sha, 1, app_prefix(app), _packed(
+                        ["prune", "", repr(op.now), self.replica, job.opid, "0", 0, 0, 0, 0, 0, 0, 0, 0, op.expiry,
+                         PRUNE_BATCH, *active])))
+                    part = self._result(op, reply, app)
+                    res.usage += part.usage
+                    res.gone += part.gone
+                    if int(reply[4]) < PRUNE_BATCH:
+                        break
+        except UNAVAILABLE as exc:
+            log.warning("prune skipped, Redis unavailable: %s", exc)
+        except NoScriptError:
+            self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
+        self.host.answered(job.req, res)
+
+
+def _packed(args: list) -> str:
+    """The script's arguments as one JSON array (ASCII): one argument for redis-py to encode, not twenty."""
+    return json.dumps(args, separators=(",", ":"))
+
+
+def _text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return "" if value is None else str(value)
+
+
+def _usage(app: str, rec: dict, now: float) -> tuple[str, dict]:
+    """A usage event from the raw sides a script returned, with the single node's mood rules."""
+    if rec["k"] == "nameplate":
+        sides = {s: NameplateSide(v[0] == "1", float(v.split("|")[1])) for s, v in rec["sides"].items()}
+        return "nameplate", {"app_id": app, **nameplate_usage(Nameplate("", "", sides), now, rec["pruned"])}
+    mb = Mailbox("", rec["fn"] == "1", now, body_bytes=int(rec["b"]))
+    for s, v in rec["sides"].items():
+        opened, added, mood = v.split("|", 2)
+        mb.sides[s] = MailboxSide(opened == "1", float(added), mood or None)
+    return "mailbox", {"app_id": app, **mailbox_usage(mb, now, rec["pruned"], int(rec["n"]))}
