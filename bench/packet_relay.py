@@ -278,6 +278,9 @@ async def run(args) -> dict:
             iroh = _iroh_bench()
             results["iroh"] = [iroh.iroh_forwarding(port, ctx, p, total, relay.pid, batch=b)
                                for b in (False, True) for p in (1, 4)]
+            paced = _paced_bench()
+            results["paced"] = await paced.paced_cpu(lambda: connect(port, ctx), lambda key: send_blob(key, paced.BURST),
+                                                     RECV_FRAME, relay.pid, seconds=1.0 if args.quick else 5.0)
             n = 300 if args.quick else 2000
             results["latency"] = [await latency(port, ctx, n, 0), await latency(port, ctx, n, 4)]
             secs = 1.0 if args.quick else 2.0
@@ -303,6 +306,13 @@ def _iroh_bench():
     return packet_relay_iroh
 
 
+def _paced_bench():
+    """bench/packet_relay_paced.py (CPU per packet at a fixed rate)."""
+    import packet_relay_paced
+
+    return packet_relay_paced
+
+
 def table(r: dict) -> str:
     out = ["| measurement | result |", "|---|---|"]
     for x in r["forwarding"]:
@@ -317,6 +327,10 @@ def table(r: dict) -> str:
         out.append(f"| iroh forwarding, {x['pairs']} pair(s), 1200-byte {kind} over TLS | "
                    f"{x['pps']:,.0f} datagrams/s, {x['drop_pct']:.1f}% dropped, relay CPU "
                    f"{x['us_per_packet']:.1f} µs per datagram{versus} |")
+    if x := r.get("paced"):
+        out.append(f"| relay CPU per forwarded 1200-byte packet, paced: {x['pairs']} pairs x {x['rate_per_pair']:,}"
+                   f" packets/s over TLS | {x['us_per_packet']:.1f} µs ({x['pps']:,.0f} packets/s delivered of "
+                   f"{x['sent']:,} sent, relay CPU {x['relay_cpu_pct']:.0f}% of one core; goal <= 9.6 µs) |")
     for x in r["latency"]:
         load = f"while {x['background_pairs']} pairs send {BACKGROUND_PPS:,} packets/s each" if x["background_pairs"] else "idle"
         out.append(f"| added latency (round trip / 2), {load} | p50 {x['p50_ms']:.3f} ms, p99 {x['p99_ms']:.3f} ms |")

@@ -1,0 +1,69 @@
+"""The packet relay's CPU per forwarded packet at a fixed rate, not at saturation (bench/packet_relay.py).
+
+`pairs` DERP senders each send 1200-byte packets to their own receiver at `rate` packets/s (bursts of
+BURST on an absolute schedule, so a late burst does not lower the rate), for `seconds`. The relay's CPU
+(user + system, psutil) over that window divided by the packets delivered is the figure: what one
+forwarded packet costs the relay when it is not busy enough to batch many packets per wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psutil
+
+BURST = 8  # packets per write: 6000 packets/s per pair is a burst every 1.3 ms
+
+
+async def paced_cpu(connect, burst_to, frame_size: int, relay_pid: int, pairs: int = 4, rate: int = 6000,
+                    seconds: float = 5.0) -> dict:
+    """`connect()` opens one DERP client (with `.reader`, `.writer`, `.key`); `burst_to(key)` is BURST
+    SendPacket frames to that key; a receiver gets `frame_size` bytes per packet."""
+    conns = [await connect() for _ in range(2 * pairs)]
+    senders, receivers = conns[:pairs], conns[pairs:]
+    received = [0] * pairs
+    stop = asyncio.Event()
+
+    async def send(i: int) -> int:
+        blob = burst_to(receivers[i].key)
+        w = senders[i].writer
+        start = time.monotonic()
+        sent = 0
+        while sent < rate * seconds:
+            w.write(blob)
+            sent += BURST
+            await w.drain()
+            delay = start + sent / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        return sent
+
+    async def sink(i: int) -> None:
+        r = receivers[i].reader
+        while not stop.is_set():
+            data = await r.read(1 << 20)
+            if not data:
+                return
+            received[i] += len(data)
+
+    proc = psutil.Process(relay_pid)
+    sinks = [asyncio.create_task(sink(i)) for i in range(pairs)]
+    await asyncio.sleep(0.2)
+    t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
+    sent = sum(await asyncio.gather(*(send(i) for i in range(pairs))))
+    expected = sent * frame_size
+    deadline = time.monotonic() + 5  # bounded wait for the last packets
+    while sum(received) < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    elapsed, cpu = time.monotonic() - t0, sum(proc.cpu_times()[:2]) - c0
+    stop.set()
+    for t in sinks:
+        t.cancel()
+    await asyncio.gather(*sinks, return_exceptions=True)
+    for c in conns:
+        c.writer.close()
+    delivered = sum(received) // frame_size
+    return {"pairs": pairs, "rate_per_pair": rate, "sent": sent, "delivered": delivered,
+            "pps": delivered / elapsed, "relay_cpu_pct": 100.0 * cpu / elapsed,
+            "us_per_packet": cpu / max(delivered, 1) * 1e6}
