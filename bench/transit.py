@@ -1,8 +1,10 @@
-"""Transit relay benchmark: Burrow vs magic-wormhole-transit-relay 0.5.0 vs a direct loopback stream.
+"""Transit relay benchmark: Burrow vs magic-wormhole-transit-relay 0.5.0, HAProxy and a direct stream.
 
 Run: .venv/bin/python bench/transit.py [--bytes N] [--pairs 1,8] [--rounds 3] [--pairings N] [--path veth]
 
-Our relay (with and without splice), the reference (`twist transitrelay`) and a direct socket-to-socket
+Our relay (with and without splice), the reference (`twist transitrelay`), Debian's HAProxy as a plain
+TCP forwarder on the same path (the sender connects to HAProxy, HAProxy to the receiver: what a relay
+costs without any pairing; the yardstick for throughput and CPU per GB) and a direct socket-to-socket
 stream are measured in the same run, interleaved round by round so background load hits all alike
 (medians are reported):
   - throughput for 1 and 8 concurrent pairs, a bounded number of bytes per case, one direction;
@@ -29,6 +31,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -43,6 +46,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: harness/
 from netns import HOST_ADDR, PEER_ADDR, VethPair, add_congestion_option, apply_congestion  # noqa: E402
 
+from harness.haproxy import HAProxy  # noqa: E402
 from harness.ports import free_port, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +57,35 @@ HOST = "127.0.0.1"  # where the relays listen (10.201.1.1 with --path veth)
 VETH: VethPair | None = None  # with --path veth: senders in namespace A, receivers in B
 
 
+SINK: socket.socket | None = None  # HAProxy's one backend: the receivers' listening socket
+YARDSTICK: list[HAProxy] = []
+SPLICE = "    option splice-request\n    option splice-response\n"
+
+
+def start_haproxy(port: int) -> subprocess.Popen:
+    """HAProxy in TCP mode from HOST:port to SINK, with kernel splicing forced on (`option splice-request`
+    and `splice-response`: its best setting for bulk streams) and its default thread count."""
+    global SINK
+    with VETH.inside("b") if VETH else contextlib.nullcontext():
+        SINK = socket.create_server((PEER_ADDR["b"] if VETH else "127.0.0.1", 0), backlog=64)
+    host, sink_port = SINK.getsockname()[:2]
+    proxy = HAProxy(Path(tempfile.mkdtemp(prefix="transit-bench-haproxy-")),
+                    f"frontend relay\n    bind {HOST}:{port}\n{SPLICE}    default_backend receivers\n\n"
+                    f"backend receivers\n{SPLICE}    server receiver {host}:{sink_port}\n")
+    YARDSTICK.append(proxy)
+    return proxy.process.proc
+
+
+def haproxy_pair(port: int) -> tuple[socket.socket, socket.socket]:
+    a = _connect((HOST, port), "a")
+    b, _ = SINK.accept()  # HAProxy connects to the backend as soon as it accepts the sender
+    return a, b
+
+
 def start_server(kind: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
+    if kind == "haproxy":
+        return start_haproxy(port), port
     if kind.startswith("burrow"):
         cmd = [PY, "-m", "burrow.transit_relay", "--host", HOST, "--port", str(port), "--websocket-port", "-1",
                "--admin-port", "-1", "--max-connections-per-ip", "0", "--max-connections", "0"]
@@ -215,7 +246,10 @@ def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial:
     """One throughput case: (GB/s, server CPU-seconds, whole-machine CPU-seconds)."""
     proc, port = servers.get(kind, (None, None))
     per_pair = total_bytes // n
-    pairs = [direct_pair() if proc is None else relay_pair(port, serial * 100 + i) for i in range(n)]
+    if kind == "haproxy":
+        pairs = [haproxy_pair(port) for _ in range(n)]
+    else:
+        pairs = [direct_pair() if proc is None else relay_pair(port, serial * 100 + i) for i in range(n)]
     elapsed, cpu, busy = stream_case(pairs, fd, per_pair, psutil.Process(proc.pid) if proc else None)
     return per_pair * n / elapsed / 1e9, cpu, busy
 
@@ -240,13 +274,17 @@ def run_all(kinds: list[str], fd: int, total_bytes: int, counts: list[int], roun
             res[k][n] = {"gbps": gbps, "cpu_per_gb": cpu_per_gb if k != "direct" else None,
                          "machine_per_gb": machine_per_gb}
         for k, (proc, port) in servers.items():
-            if pairings:
+            if pairings and k != "haproxy":
                 res[k]["latency"], res[k]["rate"], res[k]["pair_cpu"] = asyncio.run(
                     pairing_bench(port, psutil.Process(proc.pid), 50, pairings, 32))
     finally:
         for proc, _port in servers.values():
             proc.terminate()
             proc.wait(10)
+        if SINK is not None:
+            SINK.close()
+        for proxy in YARDSTICK:
+            shutil.rmtree(proxy.path.parent, ignore_errors=True)
     return res
 
 
@@ -287,7 +325,7 @@ def report(args) -> None:
     with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
         f.write(os.urandom(1 << 20) * (FILE_SIZE >> 20))
         f.flush()
-        kinds = ["direct", "burrow", "burrow-copy", "reference"]
+        kinds = ["direct", "burrow", "burrow-copy", "haproxy", "reference"]
         if args.no_copy_row:
             kinds.remove("burrow-copy")
         if args.only:
@@ -317,6 +355,8 @@ def report(args) -> None:
         print(f"| machine CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
               + f" | {ours[n]['machine_per_gb'] / ref[n]['machine_per_gb']:.2f} "
               f"| {ours[n]['machine_per_gb'] / direct[n]['machine_per_gb']:.2f}x |")
+    if "haproxy" in results:
+        print(haproxy_table(results, counts))
     if not args.pairings:
         return
     row = [fmt(results[k].get("latency") and results[k]["latency"] * 1e3, ".2f") for k in kinds]
@@ -327,6 +367,20 @@ def report(args) -> None:
     row = [fmt(results[k].get("pair_cpu"), ".2f") for k in kinds]
     print("| server CPU-s per 1000 pairings | " + " | ".join(row)
           + f" | {ours['pair_cpu'] / ref['pair_cpu']:.2f} | |")
+
+
+def haproxy_table(results: dict, counts: list[int]) -> str:
+    """burrow against HAProxy forwarding the same bytes on the same path (goal: >= 0.85x its throughput,
+    <= 1.25x its CPU per GB)."""
+    ours, ha = results["burrow"], results["haproxy"]
+    rows = ["", "| against HAProxy (TCP mode) | burrow | HAProxy | ratio | goal |", "|---|---:|---:|---:|---|"]
+    for n in counts:
+        pl = "s" if n > 1 else ""
+        rows.append(f"| throughput, {n} pair{pl} (GB/s) | {ours[n]['gbps']:.2f} | {ha[n]['gbps']:.2f} | "
+                    f"{ours[n]['gbps'] / ha[n]['gbps']:.2f}x | >= 0.85x |")
+        rows.append(f"| server CPU-s per GB, {n} pair{pl} | {ours[n]['cpu_per_gb']:.2f} | {ha[n]['cpu_per_gb']:.2f} | "
+                    f"{ours[n]['cpu_per_gb'] / ha[n]['cpu_per_gb']:.2f}x | <= 1.25x |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
