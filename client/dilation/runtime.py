@@ -411,6 +411,16 @@ class Dilation:
         for ev in events:
             self._deliver(ev)
 
+    def subchannel_stop_reading(self, scid: int) -> None:
+        """writer.close(): the reader gets EOF now; later DATA for it finds no reader and is dropped (still
+        acknowledged, so the peer is never stuck)."""
+        reader = self._readers.pop(scid, None)
+        if reader is not None and not reader._eof:
+            reader.feed_eof()
+        if scid in self._paused_readers:
+            self._paused_readers.discard(scid)
+            self._maybe_resume_reading()
+
     def reader_paused(self, scid: int, paused: bool) -> None:
         if paused:
             if not self._paused_readers and self.connection is not None:

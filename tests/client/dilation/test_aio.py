@@ -279,3 +279,38 @@ async def test_dilate_timeout_and_a_peer_that_cannot_dilate(wormhole_servers):
     with pytest.raises(OldPeerCannotDilate):
         await a.dilate(timeout=30)
     await asyncio.gather(a.close(), b.close(), return_exceptions=True)
+
+
+async def test_close_closes_both_directions_write_eof_only_ours(wormhole_servers):
+    da, db, _, close = await pair(wormhole_servers)
+    listener = db.listen("req")
+
+    # write_eof(): a half-close, as asyncio's StreamWriter: we still read the answer
+    r1, w1 = await da.open("req")
+    w1.write(b"question")
+    w1.write_eof()
+    assert w1.is_closing()
+    rr1, ww1 = await listener.accept()
+    assert await rr1.read() == b"question"
+    ww1.write(b"answer")
+    ww1.write_eof()
+    assert await r1.read() == b"answer"
+    await asyncio.wait_for(w1.wait_closed(), 10)
+
+    # close(): both directions, as asyncio's StreamWriter: our reader ends at once, later data is dropped
+    r2, w2 = await da.open("req")
+    w2.write(b"bye")
+    w2.close()
+    assert await asyncio.wait_for(r2.read(), 1) == b""
+    with pytest.raises(SubchannelClosed):
+        w2.write(b"after close")
+    rr2, ww2 = await listener.accept()
+    assert await rr2.read() == b"bye"  # the peer sees EOF after what we wrote
+    ww2.write(b"too late" * 100_000)  # the peer may still write; it is acknowledged and dropped
+    await ww2.drain()
+    ww2.close()
+    await asyncio.wait_for(w2.wait_closed(), 10)
+    assert r2.at_eof()
+    assert await da.flush(10) and await db.flush(10)  # nothing stuck unacknowledged
+    assert not da.mux.channels and not db.mux.channels
+    await close()
