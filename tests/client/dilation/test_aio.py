@@ -314,3 +314,26 @@ async def test_close_closes_both_directions_write_eof_only_ours(wormhole_servers
     assert await da.flush(10) and await db.flush(10)  # nothing stuck unacknowledged
     assert not da.mux.channels and not db.mux.channels
     await close()
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["direct", "relay-only"])
+async def test_peer_close_is_stopped_not_reconnecting(wormhole_servers, listen):
+    da, db, (_sa, sb), close = await pair(wormhole_servers, listen=listen)
+    listener = db.listen("x")
+    r, w = await da.open("x")
+    w.write(b"before")
+    rr, ww = await listener.accept()
+    assert await rr.readexactly(6) == b"before"
+    seen = len(sb)
+    await da.close()
+    await asyncio.wait_for(db.when_stopped(), 10)
+    assert [s.state for s in sb[seen:]] == ["stopped"]  # the peer left for good: no "reconnecting" first
+    assert await asyncio.wait_for(rr.read(), 5) == b""  # its subchannels end
+    with pytest.raises(SubchannelClosed):
+        ww.write(b"to nobody")
+    await asyncio.wait_for(ww.wait_closed(), 5)
+    await asyncio.sleep(0.5)  # nothing reconnects behind our back
+    await db.close()
+    assert [s.state for s in sb[seen:]] == ["stopped"]
+    assert db.counters["connections"] == 1
+    await close()
