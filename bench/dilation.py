@@ -41,14 +41,14 @@ CASE_TIMEOUT = 120.0  # seconds per case before it is reported as failed
 
 # ------------------------------------------------------------------ burrow peer (same CLI as MW_PEER)
 async def burrow_peer(args) -> None:
-    from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
+    from burrow.client.dilation.aio import dilate
     from burrow.client.wormhole import Wormhole
     from harness.dilation import send_blob, sink_blob
 
     def say(*parts):
         print(*parts, flush=True)
 
-    w = Wormhole(args.relay_url, transit_helper=args.transit, versions_extra=DILATION_VERSIONS)
+    w = Wormhole(args.relay_url, transit_helper=args.transit, dilation=True)
     await w.open()
     if args.code:
         w.set_code(args.code)

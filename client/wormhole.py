@@ -1,9 +1,11 @@
 """Asyncio Wormhole: the sans-IO WormholeSession (session.py) over a `websockets` connection.
 
 Hooks for Dilation (client/dilation/ builds on these; they are a stable API):
-  (a) `Wormhole(..., versions_extra={"can-dilate": ["ged"], "dilation-abilities": [...]})` merges
-      extra keys into our `version` message; `await w.get_peer_versions()` returns the peer's whole
-      version dict (also `w.peer_versions` once received, else None).
+  (a) `Wormhole(..., dilation=True)` offers Dilation (adds `can-dilate`/`dilation-abilities` to our
+      `version` message), the one opt-in `w.dilate()` needs; `versions_extra={...}` merges any other
+      extra keys (or a narrower `can-dilate`). `w.our_versions` is what we send; `await
+      w.get_peer_versions()` returns the peer's whole version dict (also `w.peer_versions` once
+      received, else None).
   (b) `w.send_phase("dilate-0", plaintext)` encrypts and sends any phase (use it for dilate-N).
   (c) `Wormhole(..., on_dilate_message=cb)` calls `cb(phase: str, plaintext: bytes)` for every
       decrypted `dilate-N` message, in N order, without gaps; without a callback they go to the
@@ -58,11 +60,16 @@ class Wormhole:
     def __init__(self, relay_url: str, appid: str = APPID, *, transit_helper: str | None = None,
                  app_versions: dict | None = None, versions_extra: dict | None = None,
                  on_dilate_message: Callable[[str, bytes], None] | None = None,
-                 on_welcome: Callable[[dict], None] | None = None):
+                 on_welcome: Callable[[dict], None] | None = None, dilation: bool = False):
         self.relay_url = relay_url
         self.appid = appid
         self.transit_helper = transit_helper
-        versions = {**(versions_extra or {}), "app_versions": dict(app_versions or {})}
+        offer = {}
+        if dilation:
+            from .dilation.versions import versions_fields  # loads no Dilation code
+
+            offer = versions_fields()
+        versions = {**offer, **(versions_extra or {}), "app_versions": dict(app_versions or {})}
         self._s = WormholeSession(appid, versions=versions, client_version=("burrow", __version__))
         self.side = self._s.side
         self._on_dilate = on_dilate_message
@@ -148,15 +155,20 @@ class Wormhole:
 
     async def get_verifier(self) -> bytes:
         """Wait for the peer's version message; raises WrongCodeError on a different code."""
-        return await self._verified_f
+        return await asyncio.shield(self._verified_f)  # a caller's timeout must not cancel it for everyone
 
     async def get_peer_versions(self) -> dict:
-        await self._verified_f
+        await asyncio.shield(self._verified_f)
         return dict(self._s.peer_versions or {})
 
     @property
     def peer_versions(self) -> dict | None:
         return self._s.peer_versions
+
+    @property
+    def our_versions(self) -> dict:
+        """The `version` dict this side sends (app_versions, and can-dilate when it offers Dilation)."""
+        return dict(self._s.versions)
 
     @property
     def code(self) -> str | None:
@@ -302,8 +314,8 @@ class Wormhole:
             self._closed_f.set_result("errory")
 
     async def dilate(self, **kwargs):
-        """Dilate this wormhole (build it with `versions_extra=client.dilation.aio.DILATION_VERSIONS`);
-        returns a client.dilation.core.Dilation. See docs/dilation.md for the arguments."""
+        """Dilate this wormhole (build it with `dilation=True`); returns a client.dilation.runtime.Dilation.
+        See docs/dilation.md for the arguments (`timeout=` bounds the wait for the peer's versions)."""
         from .dilation.aio import dilate
 
         return await dilate(self, **kwargs)

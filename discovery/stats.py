@@ -7,6 +7,14 @@ from collections import Counter
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from burrow.common.metrics import labelled_counter, service_registry
+
+# every label value the API can produce (api.py, rules.py, store_redis.py), shown at 0 from the start
+ENDPOINTS = ("get_entry", "post_entry", "available_servers")
+WRITE_KINDS = ("new", "iteration")
+REFUSED_REASONS = ("bad_key", "too_large", "store", "bad_json", "bad_entry", "invalid", "bad_signature",
+                   "stale_time", "future_time", "sequence", "timestamp")
+
 
 class DiscoveryStats:
     def __init__(self) -> None:
@@ -33,9 +41,12 @@ class _Collector:
 
     def collect(self):
         s = self.stats
-        yield _counter("burrow_discovery_requests", "HTTP API requests, by endpoint", ["endpoint"], s.requests)
-        yield _counter("burrow_discovery_writes", "Entries written, new or a next iteration", ["kind"], s.writes)
-        yield _counter("burrow_discovery_refused", "Requests refused, by reason", ["reason"], s.refused)
+        yield labelled_counter("burrow_discovery_requests", "HTTP API requests, by endpoint", ["endpoint"],
+                               s.requests, ENDPOINTS)
+        yield labelled_counter("burrow_discovery_writes", "Entries written, new or a next iteration", ["kind"],
+                               s.writes, WRITE_KINDS)
+        yield labelled_counter("burrow_discovery_refused", "Requests refused, by reason", ["reason"], s.refused,
+                               REFUSED_REASONS)
         g = GaugeMetricFamily("burrow_discovery_entries", "Live entries (as of the last count)", labels=["kind"])
         g.add_metric(["all"], s.entries)
         g.add_metric(["server"], s.servers)
@@ -45,15 +56,8 @@ class _Collector:
         yield c
 
 
-def _counter(name: str, doc: str, labels: list[str], values: Counter[str]) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, doc, labels=labels)
-    for key, value in values.items():
-        c.add_metric([key], value)
-    return c
-
-
 def make_registry(stats: DiscoveryStats) -> CollectorRegistry:
     """The admin port's registry; the Redis store adds common/redis.py's series to it."""
-    registry = CollectorRegistry()
+    registry = service_registry()
     registry.register(_Collector(stats))
     return registry

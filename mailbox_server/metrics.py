@@ -11,11 +11,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from burrow.common.metrics import labelled_counter, service_registry
+
+from . import messages
+
 P = "burrow_mailbox_"
+
+# every label value the server can produce, shown at 0 from the start (state.py, protocol.py, memory.py,
+# redis_lua.py, store_redis.py, wsconn.py, server.py)
+MAILBOX_MOODS = ("happy", "lonely", "quiet", "errory", "scary", "pruney", "crowded")
+NAMEPLATE_MOODS = ("happy", "lonely", "pruney", "crowded")
+ERROR_TEXTS = tuple(v for k, v in vars(messages).items() if k.isupper() and isinstance(v, str)) + (
+    "bad websocket frame",)
+REFUSAL_LIMITS = ("bind_deadline", "message_bytes", "message_rate", "nameplates", "messages_per_mailbox",
+                  "mailbox_bytes", "stored_bytes", "mailboxes_per_connection", "mailboxes", "write_buffer",
+                  "connections_total", "connections_per_ip", "store")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,30 +53,26 @@ class _CoreCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         snap = self.snapshot()
-        yield GaugeMetricFamily(P + "connections", "open WebSocket connections", value=snap.connections)
+        yield GaugeMetricFamily(P + "open_connections", "open WebSocket connections", value=snap.connections)
         yield GaugeMetricFamily(P + "mailboxes", "mailboxes stored (open channels)", value=snap.mailboxes)
         yield GaugeMetricFamily(P + "nameplates", "nameplates claimed", value=snap.nameplates)
         yield CounterMetricFamily(P + "messages_total", "messages added", value=snap.messages_total)
         yield GaugeMetricFamily(P + "stored_bytes", "message body bytes held", value=snap.stored_bytes)
-        moods = CounterMetricFamily(P + "sessions_total", "finished mailboxes by mood (usage result)",
-                                    labels=["mood"])
-        np_moods = CounterMetricFamily(P + "nameplate_sessions_total", "finished nameplates by mood",
-                                       labels=["mood"])
-        for key, n in sorted(snap.moods.items()):
+        moods: dict[str, int] = {}
+        np_moods: dict[str, int] = {}
+        for key, n in snap.moods.items():
             if key.startswith("nameplate:"):
-                np_moods.add_metric([key.split(":", 1)[1]], n)
+                np_moods[key.split(":", 1)[1]] = n
             else:
-                moods.add_metric([key], n)
-        yield moods
-        yield np_moods
-        errors = CounterMetricFamily(P + "errors_total", "`error` replies sent, by error text", labels=["reason"])
-        for text, n in sorted(snap.errors.items()):
-            errors.add_metric([text], n)
-        yield errors
-        refusals = CounterMetricFamily(P + "refusals_total", "requests refused by a limit", labels=["limit"])
-        for name, n in sorted(snap.refusals.items()):
-            refusals.add_metric([name], n)
-        yield refusals
+                moods[key] = n
+        yield labelled_counter(P + "sessions", "finished mailboxes by mood (usage result)", ["mood"], moods,
+                               MAILBOX_MOODS)
+        yield labelled_counter(P + "nameplate_sessions", "finished nameplates by mood", ["mood"], np_moods,
+                               NAMEPLATE_MOODS)
+        yield labelled_counter(P + "errors", "`error` replies sent, by error text", ["reason"], snap.errors,
+                               ERROR_TEXTS)
+        yield labelled_counter(P + "refusals", "requests refused by a limit", ["limit"], snap.refusals,
+                               REFUSAL_LIMITS)
         yield CounterMetricFamily(P + "commits_total", "database transactions committed",
                                   value=snap.commits)
         yield CounterMetricFamily(P + "store_errors_total", "failed database transactions",
@@ -71,12 +81,12 @@ class _CoreCollector(Collector):
 
 class Metrics:
     def __init__(self, snapshot: Callable[[], MetricsSnapshot], replica: str = "") -> None:
-        self.registry = CollectorRegistry()
+        self.registry = service_registry()
         self.registry.register(_CoreCollector(snapshot))
         self.replica = replica
         Info(P + "replica", "this process's replica id (the `replica` label of the Redis series)",
              registry=self.registry).info({"replica": replica})
-        self.connections_total = Counter(P + "connections_total", "WebSocket connections accepted",
+        self.connections_total = Counter(P + "connections_accepted_total", "WebSocket connections accepted",
                                          registry=self.registry)
         self.latency = Histogram(
             P + "delivery_latency_seconds", "from receiving an `add` to writing it to a subscriber",

@@ -203,6 +203,7 @@ class RelayConn(Peer):
             self.close("denied")
             return
         self.send(self.machine.accept(server.server_info))
+        server.stats.handshake_done(self.protocol, time.time() - self.started)
         self.registered = True
         server.registry.register(self)
         if self.phase == "closed":  # register() may have closed an older duplicate, never us

@@ -10,8 +10,29 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from burrow.common.metrics import labelled_counter, service_registry
+
+PROTOCOLS = ("derp", "iroh")
+# every label value the relay can produce, shown at 0 from the start (conn.py, iroh/, peer.py, registry.py,
+# http_routes.py, access.py); a value counted that is not listed here still appears once counted
+TRANSPORTS = {"derp": ("upgrade", "websocket"), "iroh": ("websocket",)}
+DROP_REASONS = ("unknown_dest", "unknown_dest_on_fwd", "control_overflow", "queue_head", "gone_disconnected",
+                "wrong_protocol")
+CLOSE_REASONS = ("client", "protocol", "timeout", "denied", "shutdown", "duplicate")
+ERROR_KINDS = {"derp": ("protocol", "frame_too_large", "malformed", "handshake", "websocket"),
+               "iroh": ("iroh", "websocket", "malformed", "early_frames", "protocol", "auth_header")}
+DENIED_SOURCES = {"derp": ("allow_list", "callout"), "iroh": ("token", "allow_list", "callout", "signature")}
+HTTP_ENDPOINTS = ("probe", "generate_204", "robots", "status", "not_found", "bad_request", "no_upgrade",
+                  "refused_limit", "iroh_ping", "iroh_relay")
+# from the first byte after the HTTP upgrade to the relay's accept (ServerInfo): key exchange + access check
+HANDSHAKE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+def _per_protocol(values) -> list[tuple[str, str]]:
+    return [(p, v) for p in PROTOCOLS for v in (values[p] if isinstance(values, dict) else values)]
 
 
 class RelayStats:
@@ -29,6 +50,7 @@ class RelayStats:
         self.throttled: Counter[str] = Counter()         # protocol -> times reading paused
         self.dup_conns = 0
         self.stun_answered: Callable[[], int] = lambda: 0
+        self.handshake_seconds: Histogram | None = None  # set by make_registry; observed once per handshake
         # interval totals for the `stats` event
         self._last_packets = 0
         self._last_bytes = 0
@@ -37,6 +59,10 @@ class RelayStats:
 
     def drop(self, protocol: str, reason: str, n: int = 1) -> None:
         self.drops[(protocol, reason)] += n
+
+    def handshake_done(self, protocol: str, seconds: float) -> None:
+        if self.handshake_seconds is not None:
+            self.handshake_seconds.labels(protocol).observe(seconds)
 
     def interval(self) -> dict:
         """Deltas since the previous call, shaped as the relay/stats event fields."""
@@ -67,26 +93,27 @@ class _Collector:
         for proto in ("derp", "iroh"):
             g.add_metric([proto], s.clients.get(proto, 0))
         yield g
-        yield _counter("burrow_relay_connections", "Relay connections accepted (after upgrade)",
-                       ["protocol", "transport"], s.connections)
-        yield _counter("burrow_relay_packets_forwarded", "Packets forwarded to a local client",
-                       ["protocol"], {(k,): v for k, v in s.packets.items()})
-        yield _counter("burrow_relay_forwarded_bytes", "Payload bytes forwarded",
-                       ["protocol"], {(k,): v for k, v in s.bytes.items()})
-        yield _counter("burrow_relay_packets_dropped", "Packets dropped, by reason",
-                       ["protocol", "reason"], s.drops)
-        yield _counter("burrow_relay_closes", "Relay connections closed, by reason",
-                       ["protocol", "reason"], s.closes)
-        yield _counter("burrow_relay_protocol_errors", "Connections closed for bad input, by kind",
-                       ["protocol", "kind"], s.errors)
-        yield _counter("burrow_relay_access_denied", "Clients refused by access control",
-                       ["protocol", "source"], s.denied)
-        yield _counter("burrow_relay_http_requests", "Plain HTTP requests, by endpoint",
-                       ["endpoint"], {(k,): v for k, v in s.http.items()})
-        yield _counter("burrow_relay_unknown_frames", "Unknown frame types skipped",
-                       ["protocol"], {(k,): v for k, v in s.unknown_frames.items()})
-        yield _counter("burrow_relay_throttled", "Times a client's reading was paused by its byte-rate limit",
-                       ["protocol"], {(k,): v for k, v in s.throttled.items()})
+        yield labelled_counter("burrow_relay_connections_accepted", "Relay connections accepted (after upgrade)",
+                               ["protocol", "transport"], s.connections, _per_protocol(TRANSPORTS))
+        per_protocol = [(p,) for p in PROTOCOLS]
+        yield labelled_counter("burrow_relay_packets_forwarded", "Packets forwarded to a local client",
+                               ["protocol"], {(k,): v for k, v in s.packets.items()}, per_protocol)
+        yield labelled_counter("burrow_relay_forwarded_bytes", "Payload bytes forwarded",
+                               ["protocol"], {(k,): v for k, v in s.bytes.items()}, per_protocol)
+        yield labelled_counter("burrow_relay_packets_dropped", "Packets dropped, by reason",
+                               ["protocol", "reason"], s.drops, _per_protocol(DROP_REASONS))
+        yield labelled_counter("burrow_relay_closes", "Relay connections closed, by reason",
+                               ["protocol", "reason"], s.closes, _per_protocol(CLOSE_REASONS))
+        yield labelled_counter("burrow_relay_protocol_errors", "Connections closed for bad input, by kind",
+                               ["protocol", "kind"], s.errors, _per_protocol(ERROR_KINDS))
+        yield labelled_counter("burrow_relay_access_denied", "Clients refused by access control",
+                               ["protocol", "source"], s.denied, _per_protocol(DENIED_SOURCES))
+        yield labelled_counter("burrow_relay_http_requests", "Plain HTTP requests, by endpoint",
+                               ["endpoint"], s.http, HTTP_ENDPOINTS)
+        yield labelled_counter("burrow_relay_unknown_frames", "Unknown frame types skipped",
+                               ["protocol"], {(k,): v for k, v in s.unknown_frames.items()}, per_protocol)
+        yield labelled_counter("burrow_relay_throttled", "Times a client's reading was paused by its byte-rate limit",
+                               ["protocol"], {(k,): v for k, v in s.throttled.items()}, per_protocol)
         stun = CounterMetricFamily("burrow_relay_stun_answered", "STUN binding requests answered")
         stun.add_metric([], s.stun_answered())
         yield stun
@@ -95,14 +122,12 @@ class _Collector:
         yield dup
 
 
-def _counter(name: str, doc: str, labels: list[str], values) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, doc, labels=labels)
-    for key, value in values.items():
-        c.add_metric(list(key), value)
-    return c
-
-
 def make_registry(stats: RelayStats) -> CollectorRegistry:
-    registry = CollectorRegistry()
+    registry = service_registry()
     registry.register(_Collector(stats))
+    stats.handshake_seconds = Histogram(
+        "burrow_relay_handshake_seconds", "DERP and iroh client handshakes, from the upgrade to the relay's accept",
+        ["protocol"], buckets=HANDSHAKE_BUCKETS, registry=registry)
+    for protocol in PROTOCOLS:
+        stats.handshake_seconds.labels(protocol)
     return registry

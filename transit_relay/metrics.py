@@ -1,14 +1,22 @@
-"""Prometheus view of the relay's counters, read at scrape time (nothing is counted twice on the hot path)."""
+"""Prometheus view of the relay's counters, read at scrape time (nothing is counted twice on the hot path).
+
+The one series observed as it happens is the pairing-wait histogram: once per pair, never per byte.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from burrow.common.metrics import labelled_counter, service_registry
 from burrow.transit_relay.protocol import Relay
+
+# from the first side's complete handshake to its partner's: seconds to minutes when people type codes
+PAIRING_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+REFUSAL_LIMITS = ("total", "per_ip", "pending", "pairs")
 
 
 class RelayCollector(Collector):
@@ -28,25 +36,21 @@ class RelayCollector(Collector):
                                 value=self.buffered())
         yield CounterMetricFamily("burrow_transit_relayed_bytes", "payload bytes relayed, both directions",
                                   value=r.bytes_relayed())
-        moods = CounterMetricFamily("burrow_transit_sessions", "finished pairing attempts by mood",
-                                    labels=["mood"])
-        for mood, n in r.moods.items():
-            moods.add_metric([mood], n)
-        yield moods
-        refusals = CounterMetricFamily("burrow_transit_refusals",
-                                       "connections refused by a limit (total, per_ip, pending, pairs)",
-                                       labels=["limit"])
-        for limit in ("total", "per_ip", "pending", "pairs"):
-            refusals.add_metric([limit], r.refusals.get(limit, 0))
-        yield refusals
-        timeouts = CounterMetricFamily("burrow_transit_timeouts", "connections closed by a timeout",
-                                       labels=["phase"])
-        for phase, n in r.timeouts.items():
-            timeouts.add_metric([phase], n)
-        yield timeouts
+        yield labelled_counter("burrow_transit_sessions", "finished pairing attempts by mood", ["mood"], r.moods)
+        yield labelled_counter("burrow_transit_refusals",
+                               "connections refused by a limit (total, per_ip, pending, pairs)", ["limit"],
+                               r.refusals, REFUSAL_LIMITS)
+        yield labelled_counter("burrow_transit_timeouts", "connections closed by a timeout", ["phase"],
+                               r.timeouts)
 
 
 def make_registry(relay: Relay, buffered: Callable[[], int]) -> CollectorRegistry:
-    registry = CollectorRegistry()
+    registry = service_registry()
     registry.register(RelayCollector(relay, buffered))
     return registry
+
+
+def pairing_wait_histogram(registry: CollectorRegistry) -> Histogram:
+    return Histogram("burrow_transit_pairing_wait_seconds",
+                     "time from the first side's complete handshake to its partner's (pairing)",
+                     buckets=PAIRING_WAIT_BUCKETS, registry=registry)

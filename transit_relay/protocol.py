@@ -131,6 +131,7 @@ class PairState:
     first: Conn
     second: Conn
     paired_at: float
+    waited: float = 0.0  # seconds the first side waited after its handshake (the pairing-wait histogram)
     bytes_from_first: int = 0
     bytes_from_second: int = 0
     last_total: int = 0
@@ -340,7 +341,7 @@ class Relay:
         self._unpend(partner)
         for other in list(self.by_token.get(handshake.token, [])):
             out += self._close(other, Mood.REDUNDANT, now)
-        pair = PairState(partner, conn, paired_at=now, last_active=now)
+        pair = PairState(partner, conn, paired_at=now, waited=max(0.0, now - partner.since), last_active=now)
         for c in (partner, conn):
             c.phase, c.since, c.pair = Phase.PAIRED, now, pair
         self.pairs.add(pair)

@@ -18,7 +18,7 @@ from burrow.common.events import EventLog
 from burrow.common.listen import tcp_listener
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
-from burrow.transit_relay.metrics import make_registry
+from burrow.transit_relay.metrics import make_registry, pairing_wait_histogram
 from burrow.transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
 from burrow.transit_relay.websocket import StreamPair, WebSocketListener
 
@@ -116,6 +116,7 @@ class TransitServer:
         self.forwarders: set[TcpPairForwarder] = set()
         self.streams: set[StreamPair] = set()
         self.registry = make_registry(self.relay, self.buffered)
+        self.pairing_wait = pairing_wait_histogram(self.registry)
         self.admin: AdminServer | None = None
         self.websocket: WebSocketListener | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -199,6 +200,7 @@ class TransitServer:
             elif isinstance(action, Close):
                 action.conn.handle.close(action.reply)
             elif isinstance(action, Pair):
+                self.pairing_wait.observe(action.state.waited)
                 self._start_pair(action.state)
 
     def _start_pair(self, pair: PairState) -> None:

@@ -331,7 +331,7 @@ async def receive_files(dilated, out_dir: Path, *, permission: str = "yes", acce
 async def send_on(wormhole, paths: list[Path], *, parallel: int = 8, listen: bool = True,
                   progress: Callable[[int], None] | None = None,
                   on_status: Callable | None = None) -> Report:
-    """On an open Wormhole built with `versions_extra=DILATION_VERSIONS, app_versions=app_versions("send")`
+    """On an open Wormhole built with `dilation=True, app_versions=app_versions("send")`
     whose code is set: dilate, offer every path, wait until the receiver has everything."""
     from burrow.client.dilation.aio import dilate
 

@@ -160,10 +160,10 @@ class Forwarder:
 async def run(args, *, on_code: Callable[[str], None] | None = None,
               on_ready: Callable[[list[int]], None] | None = None, stop: asyncio.Event | None = None) -> int:
     """The whole `burrow forward` session; returns the exit code. Runs until `stop` is set (or forever)."""
-    from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
+    from burrow.client.dilation.aio import dilate
     from burrow.client.wormhole import Wormhole
 
-    w = Wormhole(args.relay_url, transit_helper=args.transit_helper, versions_extra=DILATION_VERSIONS,
+    w = Wormhole(args.relay_url, transit_helper=args.transit_helper, dilation=True,
                  app_versions={"forward": {"v": 1}})
     await w.open()
     try:

@@ -6,8 +6,6 @@ whether the sender uses them, before it loads either.
 
 from __future__ import annotations
 
-from burrow.client.dilation.versions import versions_fields
-
 FEATURES = ["core0"]  # Dilated File-Transfer features this client implements
 
 
@@ -26,5 +24,5 @@ def is_dilated_sender(peer_versions: dict | None) -> bool:
     return t is not None and t.get("mode") in ("send", "connect")
 
 
-RECEIVER_WORMHOLE_KWARGS = {"versions_extra": versions_fields(), "app_versions": app_versions("receive", "ask")}
-SENDER_WORMHOLE_KWARGS = {"versions_extra": versions_fields(), "app_versions": app_versions("send", "ask")}
+RECEIVER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("receive", "ask")}
+SENDER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("send", "ask")}

@@ -10,6 +10,8 @@ Record layouts for dilation version "ged" (magic-wormhole 0.24), integers big-en
   DATA 0x04 scid seq payload | CLOSE 0x05 scid seq | ACK 0x06 seq
 Version "1" (the language-agnostic Dilation specification) numbers PING=0x00 .. ACK=0x05, its KCM is an empty plaintext and OPEN
 carries no subprotocol name.
+Both versions: STOP 0x7f (burrow's "stop-v1" extension, sent only to a peer that offers it: this side stops
+for good, do not reconnect).
 """
 
 from __future__ import annotations
@@ -67,11 +69,17 @@ class Ack:
     resp_seqnum: int
 
 
-Record = KCM | Ping | Pong | Open | Data | Close | Ack
+@dataclass(frozen=True, slots=True)
+class Stop:
+    pass
+
+
+Record = KCM | Ping | Pong | Open | Data | Close | Ack | Stop
 SEQUENCED = (Open, Data, Close)
 
 # (PING, PONG, OPEN, DATA, CLOSE, ACK) tags per dilation version
 _TAGS = {"ged": (1, 2, 3, 4, 5, 6), "1": (0, 1, 2, 3, 4, 5)}
+STOP_TAG = 0x7F
 
 
 class RecordCodec:
@@ -101,6 +109,8 @@ class RecordCodec:
             return _B_U32x2.pack(self.open, r.scid, r.seqnum) + name
         if isinstance(r, Close):
             return _B_U32x2.pack(self.close, r.scid, r.seqnum)
+        if isinstance(r, Stop):
+            return bytes([STOP_TAG])
         raise TypeError(f"not a record: {r!r}")
 
     def decode(self, p: bytes) -> Record:
@@ -142,6 +152,10 @@ class RecordCodec:
                 raise RecordError("bad CLOSE length")
             _, scid, seq = _B_U32x2.unpack_from(p)
             return Close(scid, seq)
+        if tag == STOP_TAG:
+            if len(p) != 1:
+                raise RecordError("bad STOP length")
+            return Stop()
         raise RecordError(f"unknown record type {tag}")
 
 

@@ -23,6 +23,10 @@ class DilationError(Exception):
     """Local misuse or a failed dilation (no shared version, closed subchannel, ...)."""
 
 
+class DilationTimeout(DilationError, TimeoutError):
+    """`dilate(timeout=...)`: the peer's versions did not arrive in time."""
+
+
 class OldPeerCannotDilate(DilationError):
     """The peer's `can-dilate` list shares no version with ours."""
 

@@ -1,7 +1,7 @@
 """L1: Dilation negotiation over the mailbox (`dilate-N` phases) and connection generations.
 
 in:  start(peer_versions), receive(message dict) for each in-order `dilate-N` plaintext, connection_made(),
-     connection_lost(), stop()
+     connection_lost(), peer_stopped(), stop()
 out: actions: Send(phase, message), StartConnecting(generation), StopConnecting, UseHints(hints),
      Abandon (drop the live connection), Status(name), Failed(reason)
 states: WAITING -> WANTING (sent please) -> CONNECTING -> CONNECTED; Leader: CONNECTED -> FLUSHING (sent
@@ -187,6 +187,16 @@ class Manager:
             self.state = "FLUSHING"
             return [StopConnecting(self.generation), self._send(type="reconnect"), Status("reconnecting")]
         return []
+
+    def peer_stopped(self) -> list[Action]:
+        """The peer said it stopped for good (a STOP record): stop too, without trying to reconnect."""
+        if self.state in ("STOPPED", "STOPPING"):
+            return []
+        out: list[Action] = [StopConnecting(self.generation)] if self.state == "CONNECTING" else []
+        if self.state in ("CONNECTED", "ABANDONING"):
+            out.append(Abandon())
+        self.state = "STOPPED"
+        return out + [Status("stopped")]
 
     def stop(self) -> list[Action]:
         if self.state in ("STOPPED", "STOPPING"):

@@ -31,6 +31,7 @@ from burrow.client.dilation.connection import (
     Ping,
     Pong,
     RecordCodec,
+    Stop,
 )
 from burrow.client.dilation.errors import DilationError, ProtocolError
 from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
@@ -48,6 +49,7 @@ from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, 
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
+from burrow.client.dilation.versions import STOP_EXTENSION, peer_extensions
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +69,17 @@ ACK_DELAY = 0.005
 
 @dataclass(frozen=True)
 class DilationStatus:
-    state: str  # wanting | connecting | connected | reconnecting | stopped | failed
+    state: str  # waiting | wanting | connecting | connected | reconnecting | stopped | failed (docs/dilation.md)
     generation: int
     path: str | None = None  # for "connected": e.g. "direct tcp:10.0.0.5:4711" or "relay tcp:host:4001"
     reason: str | None = None
 
 
 class Dilation:
+    """One dilated wormhole. Applications use open(), listen(), when_connected(), when_stopped(), flush(),
+    close(), and read status, leader and counters (docs/dilation.md says what each means); the other methods
+    are called by transport.py and stream.py, and the other attributes are the layers' state."""
+
     def __init__(self, *, send_phase: Callable[[str, bytes], None], dilation_key: bytes,
                  transit_relay: str | None = None, listen: bool = True, listen_addresses: list[str] | None = None,
                  ping_interval: float = 30.0, relay_delay: float = 2.0, side: str | None = None,
@@ -118,11 +124,13 @@ class Dilation:
         self._writers: dict[int, SubchannelWriter] = {}
         self._listeners: dict[str, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._peer_takes_stop = False  # the peer offered the stop-v1 extension
         self.counters = {"records_in": 0, "records_out": 0, "resent": 0, "duplicates": 0, "ignored": 0,
                          "acks_out": 0, "connections": 0, "bad_connections": 0}
 
     # ---------------------------------------------------------------- L1 plumbing
     def start(self, peer_versions: dict) -> None:
+        self._peer_takes_stop = STOP_EXTENSION in peer_extensions(peer_versions)
         self._run(self.manager.start(peer_versions))
 
     def received_message(self, plaintext: bytes) -> None:
@@ -305,6 +313,9 @@ class Dilation:
                     self._send_now(Pong(r.ping_id))
                 elif isinstance(r, Pong | KCM):
                     pass
+                elif isinstance(r, Stop):
+                    self._peer_stopped()
+                    return
         except ProtocolError as e:
             log.warning("dropping dilation connection: %s", e)
             self.counters["bad_connections"] += 1
@@ -316,6 +327,17 @@ class Dilation:
             self._send_ack()
         elif self._ack_timer is None:
             self._ack_timer = self._loop.call_later(self._ack_delay, self._send_ack)
+
+    def _peer_stopped(self) -> None:
+        """The peer stopped for good: every subchannel ends (readers see EOF, writes fail), state "stopped"."""
+        self._run(self.manager.peer_stopped())
+        self._stop_generation()
+        self._writable.set()  # drain() returns; the next write raises SubchannelClosed
+        for r in self._readers.values():
+            if not r._eof:
+                r.feed_eof()
+        for scid in list(self._writers):
+            self._finished(scid)
 
     def _send_ack(self) -> None:
         """One cumulative ACK for everything delivered so far."""
@@ -411,6 +433,16 @@ class Dilation:
         for ev in events:
             self._deliver(ev)
 
+    def subchannel_stop_reading(self, scid: int) -> None:
+        """writer.close(): the reader gets EOF now; later DATA for it finds no reader and is dropped (still
+        acknowledged, so the peer is never stuck)."""
+        reader = self._readers.pop(scid, None)
+        if reader is not None and not reader._eof:
+            reader.feed_eof()
+        if scid in self._paused_readers:
+            self._paused_readers.discard(scid)
+            self._maybe_resume_reading()
+
     def reader_paused(self, scid: int, paused: bool) -> None:
         if paused:
             if not self._paused_readers and self.connection is not None:
@@ -436,7 +468,12 @@ class Dilation:
         return self.manager.leader
 
     async def when_connected(self) -> None:
+        """Returns once the first connection is up (raises DilationError if dilation failed first)."""
         await self._first_connection
+
+    async def when_stopped(self) -> None:
+        """Returns once dilation has stopped: after our close(), or when the peer closed (state "stopped")."""
+        await asyncio.shield(self._stopped)
 
     async def open(self, subprotocol: str) -> tuple[SubchannelReader, SubchannelWriter]:
         """Open a subchannel to the peer's listener for `subprotocol`."""
@@ -472,7 +509,7 @@ class Dilation:
         while True:
             if self._ack_timer is not None:
                 self._send_ack()
-            if not len(self.outbound) or self._loop.time() >= deadline:
+            if not len(self.outbound) or self._loop.time() >= deadline or self.manager.state == "STOPPED":
                 return not len(self.outbound)
             await asyncio.sleep(0.02)
 
@@ -480,6 +517,8 @@ class Dilation:
         """Stop dilating: wait (bounded) for our data to be acknowledged, then drop everything."""
         if self.mux is not None and self.manager.state not in ("STOPPED", "STOPPING"):
             await self.flush(timeout)
+            if self._peer_takes_stop:
+                self._send_now(Stop())  # before the drop below: the peer reports "stopped", not "reconnecting"
         self._run(self.manager.stop())
         self._stop_generation()
         if self.connection is not None:

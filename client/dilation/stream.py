@@ -134,13 +134,17 @@ class SubchannelWriter:
         return True
 
     def write_eof(self) -> None:
-        """Half-close: the peer's reader sees EOF after everything written so far."""
+        """Half-close, as StreamWriter.write_eof(): the peer's reader sees EOF after everything written so
+        far; our reader keeps reading until the peer closes its side."""
         if not self._closing:
             self._closing = True
             self._runtime.subchannel_close(self.scid)
 
     def close(self) -> None:
+        """Close both directions, as StreamWriter.close(): write_eof(), and our reader ends here (what it
+        already holds stays readable, anything the peer sends later is dropped)."""
         self.write_eof()
+        self._runtime.subchannel_stop_reading(self.scid)
 
     def is_closing(self) -> bool:
         return self._closing
@@ -152,7 +156,8 @@ class SubchannelWriter:
         await self._runtime.wait_writable()
 
     async def wait_closed(self) -> None:
-        """Returns when both directions are closed (the peer closed too)."""
+        """Returns when the subchannel is closed in both directions: after our close() or write_eof(), once
+        the peer closed its side too (magic-wormhole answers a close at once, burrow when its app closes)."""
         await self._done
 
     def get_extra_info(self, name: str, default=None):

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 SUPPORTED_VERSIONS = ("ged", "1")  # magic-wormhole 0.24's record numbering first, then the specification's
 ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]  # connection kinds this client offers
+# extensions beyond the specification, used only with a peer that lists them too (other clients ignore the key):
+# "stop-v1": a STOP record tells the peer we stopped for good, so it reports "stopped" instead of reconnecting
+STOP_EXTENSION = "stop-v1"
+EXTENSIONS = [STOP_EXTENSION]
 
 
 def versions_fields(versions: tuple[str, ...] = SUPPORTED_VERSIONS) -> dict:
     """The keys this client adds to its `versions` phase."""
-    return {"can-dilate": list(versions), "dilation-abilities": list(ABILITIES)}
+    return {"can-dilate": list(versions), "dilation-abilities": list(ABILITIES),
+            "burrow-dilation-extensions": list(EXTENSIONS)}
+
+
+def peer_extensions(peer_versions: dict) -> set[str]:
+    found = peer_versions.get("burrow-dilation-extensions")
+    return {e for e in found if isinstance(e, str)} if isinstance(found, list) else set()

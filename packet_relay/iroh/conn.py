@@ -188,6 +188,7 @@ class IrohConn(Peer):
             self.close("denied")
             return
         self.send(self.session.accept().send)
+        self.server.stats.handshake_done(self.protocol, time.time() - self.started)
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

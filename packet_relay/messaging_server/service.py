@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from burrow.common.limits import ConnectionCaps
 from burrow.common.listen import tcp_listener
+from burrow.common.metrics import labelled_counter
 from burrow.messaging import keys
 from burrow.messaging.switch import Switch
 
@@ -26,6 +27,15 @@ from .conn import MessagingConn
 from .register import Registration
 
 log = logging.getLogger(__name__)
+
+# every reason label the server side can produce (messaging/switch.py, messaging/handshake.py as responder,
+# messaging/frames.py, conn.py), shown at 0 from the start
+REFUSED_REASONS = ("id_crossed", "unknown_remote", "channels_full")
+DROPPED_REASONS = ("not_open", "unknown_channel", "closing")
+HANDSHAKE_REASONS = ("bad_json", "bad_field", "too_long", "version", "wrong_responder", "echo_mismatch", "bad_sig2",
+                     "full", "handshake", "timeout")
+PROTOCOL_REASONS = ("bad_length", "unknown_type", "unexpected_opened", "channel_in_use", "protocol")
+CLOSE_REASONS = ("client", "handshake", "protocol", "timeout", "stalled", "shutdown", "duplicate")
 
 
 @dataclass(frozen=True)
@@ -159,24 +169,20 @@ class MessagingService:
         c = CounterMetricFamily("burrow_relay_messaging_channels_opened", "Channels the responder accepted")
         c.add_metric([], self.switch.channels_opened)
         yield c
-        yield _by_prefix("burrow_relay_messaging_channels_refused", "OpenChannel refused, by reason", sw, "refused_")
+        yield _by_prefix("burrow_relay_messaging_channels_refused", "OpenChannel refused, by reason", sw, "refused_",
+                         REFUSED_REASONS)
         yield _by_prefix("burrow_relay_messaging_frames_dropped", "Frames for channels not (or no longer) open",
-                         sw, "dropped_")
+                         sw, "dropped_", DROPPED_REASONS)
         yield _by_prefix("burrow_relay_messaging_handshake_failures", "Link handshakes failed, by reason",
-                         self.stats, "handshake_")
+                         self.stats, "handshake_", HANDSHAKE_REASONS)
         yield _by_prefix("burrow_relay_messaging_protocol_errors", "Links closed for bad frames, by kind",
-                         self.stats, "protocol_")
-        c = CounterMetricFamily("burrow_relay_messaging_closes", "Links closed, by reason", labels=["reason"])
-        for reason, n in self.closes.items():
-            c.add_metric([reason], n)
-        yield c
+                         self.stats, "protocol_", PROTOCOL_REASONS)
+        yield labelled_counter("burrow_relay_messaging_closes", "Links closed, by reason", ["reason"], self.closes,
+                               CLOSE_REASONS)
         if self.registration is not None:
             yield from self.registration.collect()
 
 
-def _by_prefix(name: str, doc: str, counts, prefix: str) -> CounterMetricFamily:
-    c = CounterMetricFamily(name, doc, labels=["reason"])
-    for key, n in counts.items():
-        if key.startswith(prefix):
-            c.add_metric([key[len(prefix):]], n)
-    return c
+def _by_prefix(name: str, doc: str, counts, prefix: str, known: tuple[str, ...]) -> CounterMetricFamily:
+    found = {key[len(prefix):]: n for key, n in counts.items() if key.startswith(prefix)}
+    return labelled_counter(name, doc, ["reason"], found, known)

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
+from burrow.client.dilation.aio import dilate
 from burrow.client.wormhole import Wormhole
 from harness.dilation import CuttingProxy, Peer, send_blob, sink_blob
 
@@ -25,7 +25,7 @@ async def run_pair(wormhole_servers, *, side, listen, size, transit=None, peer_a
                             "--expect", "1", *([] if listen else ["--no-listen"]), *peer_args)
     try:
         code = (await peer.expect("code"))[1]
-        w = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+        w = Wormhole(wormhole_servers.relay_url, transit_helper=transit, dilation=True)
         await w.open()
         w.set_code(code)
         statuses = []

@@ -83,7 +83,7 @@ async def test_http_root_and_404(server):
             assert r.status == 404
         async with http.get(f"http://127.0.0.1:{server.admin_port}/metrics") as r:
             text = await r.text()
-            assert "burrow_mailbox_connections " in text and "burrow_mailbox_delivery_latency_seconds" in text
+            assert "burrow_mailbox_open_connections " in text and "burrow_mailbox_delivery_latency_seconds" in text
         async with http.get(f"http://127.0.0.1:{server.admin_port}/readyz") as r:
             assert r.status == 200
 
@@ -188,7 +188,7 @@ async def test_prune_timer_stats_line_and_metrics(tmp_path):
         assert 'burrow_mailbox_sessions_total{mood="pruney"} 2.0' in text
         assert "burrow_mailbox_messages_total 1.0" in text
         assert "burrow_mailbox_delivery_latency_seconds_count 1.0" in text
-        assert "burrow_mailbox_connections_total 1.0" in text
+        assert "burrow_mailbox_connections_accepted_total 1.0" in text
     finally:
         await srv.stop()
     lines = [json.loads(x) for x in open(tmp_path / "events.jsonl")]

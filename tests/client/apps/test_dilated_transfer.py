@@ -19,7 +19,6 @@ from burrow.client.apps.dilated_transfer import (
     safe_relative,
     send_on,
 )
-from burrow.client.dilation.aio import DILATION_VERSIONS
 from burrow.client.wormhole import Wormhole
 from harness.dilation import CuttingProxy
 
@@ -52,9 +51,9 @@ def test_unsafe_names_rejected(bad):
 
 
 async def session(wormhole_servers, transit, src_paths, out_dir, *, listen=True, accept=None):
-    s = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS,
+    s = Wormhole(wormhole_servers.relay_url, transit_helper=transit, dilation=True,
                  app_versions=app_versions("send"))
-    r = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS,
+    r = Wormhole(wormhole_servers.relay_url, transit_helper=transit, dilation=True,
                  app_versions=app_versions("receive", "ask"))
     await s.open()
     await r.open()

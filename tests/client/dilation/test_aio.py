@@ -9,7 +9,12 @@ import os
 import pytest
 
 from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
-from burrow.client.dilation.errors import SubchannelClosed
+from burrow.client.dilation.errors import (
+    DilationError,
+    DilationTimeout,
+    OldPeerCannotDilate,
+    SubchannelClosed,
+)
 from burrow.client.wormhole import Wormhole
 from harness.dilation import CuttingProxy, send_blob, sink_blob
 
@@ -18,8 +23,8 @@ pytestmark = pytest.mark.timeout(120)
 
 async def pair(wormhole_servers, *, listen=True, transit=None, sides=(None, None), **kw):
     transit = transit or wormhole_servers.transit_helper
-    a = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
-    b = Wormhole(wormhole_servers.relay_url, transit_helper=transit, versions_extra=DILATION_VERSIONS)
+    a = Wormhole(wormhole_servers.relay_url, transit_helper=transit, dilation=True)
+    b = Wormhole(wormhole_servers.relay_url, transit_helper=transit, dilation=True)
     await a.open()
     await b.open()
     a.allocate_code()
@@ -197,14 +202,14 @@ async def test_200mb_relay_with_connection_cut_every_2s(wormhole_servers):
 async def test_seed_version_1_between_burrow_clients(wormhole_servers):
     """Offered second: used only when the peer lists just "1". Names are not on the wire in "1", so the
     acceptor listens for the empty subprotocol; the Follower sends unprovoked PONGs."""
-    a = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper,
-                 versions_extra={"can-dilate": ["1"], "dilation-abilities": DILATION_VERSIONS["dilation-abilities"]})
-    b = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, versions_extra=DILATION_VERSIONS)
+    a = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, dilation=True,
+                 versions_extra={"can-dilate": ["1"]})  # a narrower offer: dilate() negotiates just that
+    b = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, dilation=True)
     await a.open()
     await b.open()
     a.allocate_code()
     b.set_code(await a.get_code())
-    da, db = await asyncio.gather(dilate(a, versions=("1",), listen_addresses=["127.0.0.1"], ping_interval=0.2),
+    da, db = await asyncio.gather(dilate(a, listen_addresses=["127.0.0.1"], ping_interval=0.2),
                                   dilate(b, listen_addresses=["127.0.0.1"], ping_interval=0.2))
     await asyncio.gather(da.when_connected(), db.when_connected())
     assert da.codec.version == db.codec.version == "1"
@@ -245,3 +250,90 @@ async def test_leader_keepalive_detects_a_silent_connection(wormhole_servers):
         await close()
     finally:
         await proxy.stop()
+
+
+async def test_one_opt_in_dilation_true_equals_the_versions_fields(wormhole_servers):
+    plain = Wormhole(wormhole_servers.relay_url)
+    offered = Wormhole(wormhole_servers.relay_url, dilation=True)
+    spelled = Wormhole(wormhole_servers.relay_url, versions_extra=DILATION_VERSIONS)
+    assert "can-dilate" not in plain.our_versions
+    assert offered.our_versions == spelled.our_versions
+    assert offered.our_versions["can-dilate"] == DILATION_VERSIONS["can-dilate"]
+    with pytest.raises(DilationError, match="dilation=True"):  # at once: nothing was sent or awaited
+        await plain.dilate()
+    with pytest.raises(DilationError, match="differs"):
+        await offered.dilate(versions=("1",))
+
+
+async def test_dilate_timeout_and_a_peer_that_cannot_dilate(wormhole_servers):
+    a = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, dilation=True)
+    await a.open()
+    a.allocate_code()
+    code = await a.get_code()
+    with pytest.raises(DilationTimeout, match="within 0.3 s") as caught:  # nobody holds the other end yet
+        await a.dilate(timeout=0.3)
+    assert isinstance(caught.value, TimeoutError)
+    b = Wormhole(wormhole_servers.relay_url)  # offers no Dilation
+    await b.open()
+    b.set_code(code)
+    with pytest.raises(OldPeerCannotDilate):
+        await a.dilate(timeout=30)
+    await asyncio.gather(a.close(), b.close(), return_exceptions=True)
+
+
+async def test_close_closes_both_directions_write_eof_only_ours(wormhole_servers):
+    da, db, _, close = await pair(wormhole_servers)
+    listener = db.listen("req")
+
+    # write_eof(): a half-close, as asyncio's StreamWriter: we still read the answer
+    r1, w1 = await da.open("req")
+    w1.write(b"question")
+    w1.write_eof()
+    assert w1.is_closing()
+    rr1, ww1 = await listener.accept()
+    assert await rr1.read() == b"question"
+    ww1.write(b"answer")
+    ww1.write_eof()
+    assert await r1.read() == b"answer"
+    await asyncio.wait_for(w1.wait_closed(), 10)
+
+    # close(): both directions, as asyncio's StreamWriter: our reader ends at once, later data is dropped
+    r2, w2 = await da.open("req")
+    w2.write(b"bye")
+    w2.close()
+    assert await asyncio.wait_for(r2.read(), 1) == b""
+    with pytest.raises(SubchannelClosed):
+        w2.write(b"after close")
+    rr2, ww2 = await listener.accept()
+    assert await rr2.read() == b"bye"  # the peer sees EOF after what we wrote
+    ww2.write(b"too late" * 100_000)  # the peer may still write; it is acknowledged and dropped
+    await ww2.drain()
+    ww2.close()
+    await asyncio.wait_for(w2.wait_closed(), 10)
+    assert r2.at_eof()
+    assert await da.flush(10) and await db.flush(10)  # nothing stuck unacknowledged
+    assert not da.mux.channels and not db.mux.channels
+    await close()
+
+
+@pytest.mark.parametrize("listen", [True, False], ids=["direct", "relay-only"])
+async def test_peer_close_is_stopped_not_reconnecting(wormhole_servers, listen):
+    da, db, (_sa, sb), close = await pair(wormhole_servers, listen=listen)
+    listener = db.listen("x")
+    r, w = await da.open("x")
+    w.write(b"before")
+    rr, ww = await listener.accept()
+    assert await rr.readexactly(6) == b"before"
+    seen = len(sb)
+    await da.close()
+    await asyncio.wait_for(db.when_stopped(), 10)
+    assert [s.state for s in sb[seen:]] == ["stopped"]  # the peer left for good: no "reconnecting" first
+    assert await asyncio.wait_for(rr.read(), 5) == b""  # its subchannels end
+    with pytest.raises(SubchannelClosed):
+        ww.write(b"to nobody")
+    await asyncio.wait_for(ww.wait_closed(), 5)
+    await asyncio.sleep(0.5)  # nothing reconnects behind our back
+    await db.close()
+    assert [s.state for s in sb[seen:]] == ["stopped"]
+    assert db.counters["connections"] == 1
+    await close()

@@ -1,6 +1,17 @@
 import pytest
 
-from burrow.client.dilation.connection import KCM, Ack, Close, Data, Keepalive, Open, Ping, Pong, RecordCodec
+from burrow.client.dilation.connection import (
+    KCM,
+    Ack,
+    Close,
+    Data,
+    Keepalive,
+    Open,
+    Ping,
+    Pong,
+    RecordCodec,
+    Stop,
+)
 from burrow.client.dilation.errors import RecordError
 
 GED = RecordCodec("ged")
@@ -21,6 +32,14 @@ VECTORS = [
 def test_ged_vectors(record, hexbytes):
     assert GED.encode(record).hex() == hexbytes
     assert GED.decode(bytes.fromhex(hexbytes)) == record
+
+
+@pytest.mark.parametrize("codec", [GED, V1], ids=["ged", "1"])
+def test_stop_extension_record(codec):
+    assert codec.encode(Stop()) == b"\x7f"
+    assert codec.decode(b"\x7f") == Stop()
+    with pytest.raises(RecordError):
+        codec.decode(b"\x7f\x00")
 
 
 def test_seed_version_1_numbering():

@@ -193,6 +193,20 @@ def test_stop():
     assert m.state == "STOPPED"
 
 
+def test_peer_stopped_goes_straight_to_stopped():
+    m = Manager(side="0" * 16)
+    m.start({"can-dilate": ["ged"]})
+    m.receive(please("f" * 16))
+    m.connection_made()
+    assert m.peer_stopped() == [Abandon(), Status("stopped")]  # no "reconnecting", no new generation
+    assert m.connection_lost() == [] and m.receive({"type": "reconnect"}) == []
+    assert m.stop() == [] and m.peer_stopped() == []
+    c = Manager(side="f" * 16)  # while a generation is still connecting: it is stopped first
+    c.start({"can-dilate": ["ged"]})
+    c.receive(please("0" * 16))
+    assert c.peer_stopped() == [StopConnecting(1), Status("stopped")]
+
+
 def test_dial_plan_priorities_and_direct_head_start():
     direct = [("10.0.0.1", 1, 0.0), ("192.168.1.2", 2, 1.0), ("10.0.0.3", 3, 0.0), ("fe.example", 4, -1.0)]
     plan = dial_delays(direct, [("relay", 4001)], direct_possible=True, relay_delay=2.0, priority_step=0.5)
