@@ -108,6 +108,7 @@ def screenshot(page: Path, tmp_path: Path, height: int) -> tuple[int, int, list[
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a whole burrow-report run (JVM start, Spark) plus Chromium: minutes on a busy machine
 def test_report_process_and_chromium_screenshot(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
