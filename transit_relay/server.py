@@ -18,6 +18,7 @@ from burrow.common.events import EventLog
 from burrow.common.listen import tcp_listener
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
+from burrow.transit_relay.interfaces import ByteCounts, Endpoint, RelayHost, Stream
 from burrow.transit_relay.metrics import make_registry, pairing_wait_histogram
 from burrow.transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
 from burrow.transit_relay.websocket import StreamPair, WebSocketListener
@@ -32,14 +33,14 @@ class TcpEndpoint:
 
     transport = "tcp"
 
-    def __init__(self, server: TransitServer, sock: socket.socket, conn: Conn) -> None:
+    def __init__(self, server: RelayHost, sock: socket.socket, conn: Conn) -> None:
         self.server = server
         self.loop = server.loop
         self.sock = sock
         self.fd = sock.fileno()
         self.conn = conn
         self.forwarder: TcpPairForwarder | None = None
-        self.stream = None  # websocket.StreamPair when paired with a WebSocket
+        self.stream: Stream | None = None  # websocket.StreamPair when paired with a WebSocket
         self.closed = False
 
     def start(self) -> None:
@@ -84,7 +85,7 @@ class TcpEndpoint:
             self.sock.close()
 
     # -- used by websocket.StreamPair (TCP side of a mixed pair) --------------------------
-    async def pump_to(self, partner, pair: PairState, first: bool) -> None:
+    async def pump_to(self, partner: Endpoint, counts: ByteCounts, first: bool) -> None:
         bufsize = min(self.server.config.buffer_size, 262144)  # each recv allocates a fresh bytes object
         while True:
             data = await self.loop.sock_recv(self.sock, bufsize)
@@ -92,9 +93,9 @@ class TcpEndpoint:
                 return
             await partner.write(data)
             if first:
-                pair.bytes_from_first += len(data)
+                counts.bytes_from_first += len(data)
             else:
-                pair.bytes_from_second += len(data)
+                counts.bytes_from_second += len(data)
 
     async def write(self, data: bytes) -> None:
         await self.loop.sock_sendall(self.sock, data)
@@ -103,6 +104,10 @@ class TcpEndpoint:
         """Wake any pending recv/send on this socket without closing the fd under them."""
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
+
+    def close_socket(self) -> None:
+        self.closed = True
+        self.sock.close()
 
 
 class TransitServer:
@@ -208,7 +213,7 @@ class TransitServer:
         if isinstance(a, TcpEndpoint) and isinstance(b, TcpEndpoint):
             a.take_over()
             b.take_over()
-            fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self._pair_done(pair, fwd),
+            fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self.pair_done(pair, fwd),
                                    self.pool, self.copy_buffer)
             a.forwarder = b.forwarder = fwd
             self.forwarders.add(fwd)
@@ -218,7 +223,7 @@ class TransitServer:
             self.streams.add(stream)
             stream.start()
 
-    def _pair_done(self, pair: PairState, holder) -> None:
+    def pair_done(self, pair: PairState, holder: object) -> None:
         self.forwarders.discard(holder)
         self.streams.discard(holder)
         self.dispatch(self.relay.finish(pair, self.clock()))
