@@ -38,6 +38,10 @@ class TransitConfig:
                                        "write limit of pairs with a WebSocket side", unit="bytes")
     websocket_max_message: int = setting(1048576, "largest WebSocket message accepted", unit="bytes")
     websocket_max_queue: int = setting(4, "WebSocket messages queued per connection before reading pauses")
+    proxy_protocol: bool = setting(False, "every TCP and WebSocket client connection starts with a PROXY protocol "
+                                         "header (v2 or v1) naming the client: run behind HAProxy "
+                                         "`send-proxy-v2` or a load balancer that sends it; connections "
+                                         "without one are refused")
     verbose: bool = setting(False, "debug logging")
 
     def __post_init__(self) -> None:

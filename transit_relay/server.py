@@ -16,6 +16,7 @@ import time
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.listen import tcp_listener
+from burrow.common.proxy_protocol import SocketGate, proxy_policy
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
 from burrow.transit_relay.interfaces import ByteCounts, Endpoint, RelayHost, Stream
@@ -122,6 +123,7 @@ class TransitServer:
         self.streams: set[StreamPair] = set()
         self.registry = make_registry(self.relay, self.buffered)
         self.pairing_wait = pairing_wait_histogram(self.registry)
+        self.proxy = proxy_policy("transit", config.proxy_protocol, self.registry)
         self.admin: AdminServer | None = None
         self.websocket: WebSocketListener | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -140,7 +142,7 @@ class TransitServer:
         self.port = self._lsock.getsockname()[1]
         self.loop.add_reader(self._lsock.fileno(), self._accept)
         if cfg.websocket_port >= 0:
-            self.websocket = WebSocketListener(self)
+            self.websocket = WebSocketListener(self, self.proxy)
             self.websocket_port = await self.websocket.start(cfg.host, cfg.websocket_port)
         if cfg.admin_port >= 0:
             self.admin = AdminServer(self.registry, ready=lambda: self._ready, service="transit")
@@ -156,6 +158,8 @@ class TransitServer:
             self.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        if self.proxy is not None:
+            self.proxy.close_all()
         self.dispatch(self.relay.shutdown(self.clock()))
         if self.websocket is not None:
             await self.websocket.stop()
@@ -187,15 +191,24 @@ class TransitServer:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            conn = self.relay.open(addr[0], "tcp", self.clock())
-            if isinstance(conn, str):
-                with contextlib.suppress(OSError):
-                    sock.send(refusal_line(conn))
-                sock.close()
-                continue
-            endpoint = TcpEndpoint(self, sock, conn)
-            conn.handle = endpoint
-            endpoint.start()
+            if self.proxy is None:
+                self._admit(sock, addr, b"")
+            else:  # the client's address comes first, in the balancer's PROXY header
+                SocketGate(self.loop, sock, addr, self.proxy, self._admit).start()
+
+    def _admit(self, sock: socket.socket, addr: tuple, first: bytes) -> None:
+        """A client connection from `addr`: counted against the limits, then read; `first`: bytes read already."""
+        conn = self.relay.open(addr[0], "tcp", self.clock())
+        if isinstance(conn, str):
+            with contextlib.suppress(OSError):
+                sock.send(refusal_line(conn))
+            sock.close()
+            return
+        endpoint = TcpEndpoint(self, sock, conn)
+        conn.handle = endpoint
+        endpoint.start()
+        if first:
+            self.dispatch(self.relay.receive(conn, first, self.clock()))
 
     # -- actions --------------------------------------------------------------------------
     def dispatch(self, actions: list) -> None:

@@ -21,6 +21,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from burrow.common.listen import tcp_listener
+from burrow.common.proxy_protocol import ProxyPolicy, gate_connection
 from burrow.transit_relay.interfaces import Endpoint, RelayHost, Stream, TcpSide
 from burrow.transit_relay.protocol import OK, Conn, PairState, Phase
 
@@ -150,8 +151,9 @@ class StreamPair:
 
 
 class WebSocketListener:
-    def __init__(self, server: RelayHost) -> None:
+    def __init__(self, server: RelayHost, proxy: ProxyPolicy | None = None) -> None:
         self.server = server
+        self.proxy = proxy  # --proxy-protocol: each connection is gated until its header is read
         self._ws_server = None
 
     async def start(self, host: str, port: int) -> int:
@@ -159,7 +161,8 @@ class WebSocketListener:
         self._ws_server = await serve(
             self._handler, sock=tcp_listener(host, port), compression=None, ping_interval=None,
             open_timeout=cfg.handshake_timeout, max_size=cfg.websocket_max_message,
-            max_queue=cfg.websocket_max_queue, write_limit=cfg.buffer_size, server_header=None)
+            max_queue=cfg.websocket_max_queue, write_limit=cfg.buffer_size, server_header=None,
+            create_connection=gate_connection(ServerConnection, self.proxy))
         return self._ws_server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
