@@ -160,6 +160,12 @@ class ProxiedTransport:
         return getattr(self._transport, name)
 
 
+def holds(header: ProxyHeader, rest: bytes) -> bool:
+    """A header without a client (LOCAL: the balancer's health check) and nothing after it yet: the gate
+    keeps the connection until its first byte, so a check that just closes is nobody's session."""
+    return header.source is None and not rest
+
+
 def client_address(header: ProxyHeader, transport: asyncio.BaseTransport) -> tuple | None:
     """The address the server should see: the header's source, or the socket's own for LOCAL/UNKNOWN."""
     return header.source if header.source is not None else transport.get_extra_info("peername")
@@ -178,6 +184,7 @@ class ProxyGate(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.seen = False
         self.waiting = False
+        self.held: ProxyHeader | None = None  # a LOCAL header: handed over with the first byte after it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -188,17 +195,23 @@ class ProxyGate(asyncio.Protocol):
         self.timer = asyncio.get_running_loop().call_later(self.policy.timeout, self._refuse, "timeout")
 
     def data_received(self, data: bytes) -> None:
-        self.seen = True
-        try:
-            got = self.reader.feed(data)
-        except ProxyProtocolError as exc:
-            self._refuse(exc.reason)
-            return
-        if got is None:
-            return
-        header, rest = got
+        if self.held is not None:
+            header, rest = self.held, data
+        else:
+            self.seen = True
+            try:
+                got = self.reader.feed(data)
+            except ProxyProtocolError as exc:
+                self._refuse(exc.reason)
+                return
+            if got is None:
+                return
+            header, rest = got
+            self.policy.accepted(header)
+            if holds(header, rest):
+                self.held = header
+                return
         self._stop_waiting()
-        self.policy.accepted(header)
         transport = self.transport
         transport.set_protocol(self.inner)
         self.inner.connection_made(ProxiedTransport(transport, client_address(header, transport)))
@@ -206,7 +219,7 @@ class ProxyGate(asyncio.Protocol):
             self.inner.data_received(rest)
 
     def eof_received(self) -> bool | None:
-        if self.seen:  # some bytes, then EOF before a whole header
+        if self.seen and self.held is None:  # some bytes, then EOF before a whole header
             self._refuse("malformed")
         else:
             self._stop_waiting()
@@ -267,6 +280,7 @@ class SocketGate:
         self.reader = HeaderReader()
         self.timer: asyncio.TimerHandle | None = None
         self.seen = False
+        self.held: ProxyHeader | None = None  # as in ProxyGate
 
     def start(self) -> None:
         if not self.policy.admit():
@@ -283,23 +297,29 @@ class SocketGate:
             return
         except OSError:
             data = b""
-        if not data:  # closed: before any byte it is a health check, not a refusal
-            if self.seen:
+        if not data:  # closed: before any byte (or after a LOCAL header) it is a health check
+            if self.seen and self.held is None:
                 self._refuse("malformed")
             else:
                 self.close()
             return
-        self.seen = True
-        try:
-            got = self.reader.feed(data)
-        except ProxyProtocolError as exc:
-            self._refuse(exc.reason)
-            return
-        if got is None:
-            return
-        header, rest = got
+        if self.held is not None:
+            header, rest = self.held, data
+        else:
+            self.seen = True
+            try:
+                got = self.reader.feed(data)
+            except ProxyProtocolError as exc:
+                self._refuse(exc.reason)
+                return
+            if got is None:
+                return
+            header, rest = got
+            self.policy.accepted(header)
+            if holds(header, rest):
+                self.held = header
+                return
         self._stop_waiting()
-        self.policy.accepted(header)
         self.done(self.sock, header.source if header.source is not None else self.peer, rest)
 
     def _refuse(self, reason: str) -> None:

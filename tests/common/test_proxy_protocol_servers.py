@@ -190,6 +190,34 @@ async def test_relay_counts_the_client_named_in_the_header(tmp_path):
         await server.stop()
 
 
+async def test_transit_a_local_header_is_a_health_check_until_a_byte_follows(tmp_path, transit):
+    from burrow.wire.proxy_protocol import encode_v2
+
+    for _ in range(3):  # a balancer's health checks: LOCAL header, then close
+        reader, writer = await open_from("127.0.0.2", transit.port)
+        writer.write(encode_v2(None, None, local=True))
+        writer.close()
+    # LOCAL then a handshake: served, counted under the socket's own address
+    a_r, a_w = await open_from("127.0.0.2", transit.port)
+    a_w.write(encode_v2(None, None, local=True))
+    await a_w.drain()
+    await asyncio.sleep(0.05)
+    a_w.write(hs(b"a"))
+    b_r, b_w = await open_from("127.0.0.3", transit.port)
+    b_w.write(encode_v2(("192.0.2.7", 5000), ("127.0.0.1", transit.port)) + hs(b"b"))
+    assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
+    assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+    assert transit.relay.caps.held_by("127.0.0.2") == 1 and transit.relay.caps.held_by("192.0.2.7") == 1
+    a_w.close()
+    b_w.close()
+    await wait_for(lambda: read_events(transit.config.event_log))
+    await asyncio.sleep(0.1)
+    moods = [e["mood"] for e in read_events(transit.config.event_log)]
+    assert len(moods) == 1 and moods[0] != "empty", moods  # the pair; the checks made no sessions
+    assert metric(transit.registry, "burrow_transit_proxy_protocol_headers_total", {"version": "local"}) == 4
+    assert metric(transit.registry, "burrow_transit_proxy_protocol_refusals_total", {"reason": "malformed"}) == 0
+
+
 def test_a_socket_bound_to_127_0_0_2_is_possible():
     """The tests above rely on the whole 127/8 being local (Linux)."""
     with socket.socket() as s:
