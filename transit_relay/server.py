@@ -19,103 +19,29 @@ from burrow.common.listen import tcp_listener
 from burrow.common.proxy_protocol import SocketGate, proxy_policy
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
-from burrow.transit_relay.interfaces import ByteCounts, Endpoint, RelayHost, Stream
 from burrow.transit_relay.metrics import make_registry, pairing_wait_histogram
-from burrow.transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
+from burrow.transit_relay.protocol import (
+    Close,
+    Pair,
+    PairState,
+    Record,
+    Relay,
+    Unwaited,
+    Waiting,
+    refusal_line,
+)
+from burrow.transit_relay.tcp import TcpEndpoint
 from burrow.transit_relay.websocket import StreamPair, WebSocketListener
 
 log = logging.getLogger("burrow.transit")
 _ACCEPT_BURST = 64
-_HANDSHAKE_READ = 4096
-
-
-class TcpEndpoint:
-    """One TCP client: reads its handshake, then belongs to a forwarder (or a StreamPair)."""
-
-    transport = "tcp"
-
-    def __init__(self, server: RelayHost, sock: socket.socket, conn: Conn) -> None:
-        self.server = server
-        self.loop = server.loop
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.conn = conn
-        self.forwarder: TcpPairForwarder | None = None
-        self.stream: Stream | None = None  # websocket.StreamPair when paired with a WebSocket
-        self.closed = False
-
-    def start(self) -> None:
-        self.loop.add_reader(self.fd, self._readable)
-
-    def _readable(self) -> None:
-        try:
-            data = self.sock.recv(_HANDSHAKE_READ)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        now = self.server.clock()
-        if not data:
-            actions = self.server.relay.lost(self.conn, now)
-            self._drop()
-        else:
-            actions = self.server.relay.receive(self.conn, data, now)
-        self.server.dispatch(actions)
-
-    def take_over(self) -> None:
-        """Paired: stop handshake reading and send `ok` (the socket buffer is empty, so it fits)."""
-        self.loop.remove_reader(self.fd)
-        with contextlib.suppress(OSError):
-            self.sock.send(OK)
-
-    def close(self, reply: bytes | None = None) -> None:
-        if self.forwarder is not None:
-            self.forwarder.abort()
-        elif self.stream is not None:
-            self.stream.abort()
-        elif not self.closed:
-            if reply:
-                with contextlib.suppress(OSError):
-                    self.sock.send(reply)
-            self._drop()
-
-    def _drop(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.loop.remove_reader(self.fd)
-            self.sock.close()
-
-    # -- used by websocket.StreamPair (TCP side of a mixed pair) --------------------------
-    async def pump_to(self, partner: Endpoint, counts: ByteCounts, first: bool) -> None:
-        bufsize = min(self.server.config.buffer_size, 262144)  # each recv allocates a fresh bytes object
-        while True:
-            data = await self.loop.sock_recv(self.sock, bufsize)
-            if not data:
-                return
-            await partner.write(data)
-            if first:
-                counts.bytes_from_first += len(data)
-            else:
-                counts.bytes_from_second += len(data)
-
-    async def write(self, data: bytes) -> None:
-        await self.loop.sock_sendall(self.sock, data)
-
-    def shut(self) -> None:
-        """Wake any pending recv/send on this socket without closing the fd under them."""
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-
-    def close_socket(self) -> None:
-        self.closed = True
-        self.sock.close()
 
 
 class TransitServer:
     def __init__(self, config: TransitConfig, clock=time.time) -> None:
         self.config = config
         self.clock = clock
-        self.relay = Relay(config.limits())
+        self.relay = Relay(config.limits(), announce=config.redis_url is not None)
         self.events = EventLog(config.event_log, "transit", node=config.node_name, blur=config.blur_usage)
         self.pool = PipePool(config.pipe_size) if config.splice and HAVE_SPLICE else None
         self.copy_buffer = memoryview(bytearray(config.buffer_size))  # shared by all copy-path pairs
@@ -124,6 +50,10 @@ class TransitServer:
         self.registry = make_registry(self.relay, self.buffered)
         self.pairing_wait = pairing_wait_histogram(self.registry)
         self.proxy = proxy_policy("transit", config.proxy_protocol, self.registry)
+        self.cluster = None
+        if config.redis_url:  # imported only when used: a single relay loads no Redis client
+            from burrow.transit_relay.cluster import Cluster
+            self.cluster = Cluster(self, self.registry, self.events.node)
         self.admin: AdminServer | None = None
         self.websocket: WebSocketListener | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -144,8 +74,11 @@ class TransitServer:
         if cfg.websocket_port >= 0:
             self.websocket = WebSocketListener(self, self.proxy)
             self.websocket_port = await self.websocket.start(cfg.host, cfg.websocket_port)
+        if self.cluster is not None:
+            await self.cluster.start()
         if cfg.admin_port >= 0:
-            self.admin = AdminServer(self.registry, ready=lambda: self._ready, service="transit")
+            self.admin = AdminServer(self.registry, ready=lambda: self._ready, service="transit",
+                                     detail=self.cluster.detail if self.cluster else None)
             self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port)
         self._tasks = [asyncio.create_task(self._tick_loop()), asyncio.create_task(self._stats_loop())]
         self._ready = True
@@ -161,6 +94,8 @@ class TransitServer:
         if self.proxy is not None:
             self.proxy.close_all()
         self.dispatch(self.relay.shutdown(self.clock()))
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self.websocket is not None:
             await self.websocket.stop()
         for _ in range(100):  # stream pairs close asynchronously
@@ -218,8 +153,11 @@ class TransitServer:
             elif isinstance(action, Close):
                 action.conn.handle.close(action.reply)
             elif isinstance(action, Pair):
-                self.pairing_wait.observe(action.state.waited)
+                if not action.state.hop:  # a hop pair's wait is observed where its session is
+                    self.pairing_wait.observe(action.state.waited)
                 self._start_pair(action.state)
+            elif isinstance(action, (Waiting, Unwaited)):
+                self.cluster.on_action(action)
 
     def _start_pair(self, pair: PairState) -> None:
         a, b = pair.first.handle, pair.second.handle
