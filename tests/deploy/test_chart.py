@@ -49,6 +49,8 @@ VALUE_SETS = {
         "networkPolicy": {"restrictEgress": True,
                           "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]},
         "mailbox": {"persistence": {"existingClaim": "mailbox-db"}},
+        "transit": {"replicas": 2, "scaling": "redis",
+                    "redis": {"url": "redis://redis:6379/0", "peerSecretName": "transit-peer"}},
         "commonLabels": {"team": "net"},
         "podAnnotations": {"example.org/owner": "net"},
     },
@@ -220,9 +222,11 @@ def test_bad_values_are_refused():
         render({"relay": {"tls": {"mode": "certManager"}}})
 
 
-def test_transit_replicas_need_the_haproxy_front_end():
-    with pytest.raises(helm.HelmError, match="transit.replicas > 1 needs transit.scaling: haproxy"):
+def test_transit_replicas_need_the_haproxy_front_end_or_redis():
+    with pytest.raises(helm.HelmError, match="transit.replicas > 1 needs transit.scaling: haproxy or redis"):
         render({"transit": {"replicas": 2}})
+    with pytest.raises(helm.HelmError, match="transit.scaling: redis needs transit.redis.url"):
+        render({"transit": {"replicas": 2, "scaling": "redis"}})
     with helm.Chart.load(CHART) as chart:
         with pytest.raises(helm.HelmValuesError):
             chart.validate_schema(chart.merge_values({"transit": {"scaling": "dns"}}))
@@ -250,6 +254,21 @@ def test_transit_replicas_need_the_haproxy_front_end():
         name = f"{FULL}-transit-{i}.{FULL}-transit-headless.burrow.svc.cluster.local"
         assert f"server transit-{i} {name}:4001" in config and f"server transit-{i} {name}:4002" in config
     assert "transit-3" not in config
+
+    docs, _ = render(VALUE_SETS["everything-on"])  # scaling: redis
+    transit = one(docs, "Deployment", f"{FULL}-transit")
+    container = pod_spec(transit)["containers"][0]
+    env = env_of(container)
+    assert env["BURROW_TRANSIT_REDIS_URL"] == "redis://redis:6379/0"
+    assert env["BURROW_TRANSIT_ADVERTISE_ADDRESS"] == "$(POD_IP):4003"
+    assert env["BURROW_TRANSIT_PEER_SECRET_FILE"] == "/etc/burrow/peer/peer-secret"
+    assert {"name": "peer", "containerPort": 4003, "protocol": "TCP"} in container["ports"]
+    volumes = {v["name"]: v for v in pod_spec(transit)["volumes"]}
+    assert volumes["peer-secret"]["secret"]["secretName"] == "transit-peer"
+    assert one(docs, "Service", f"{FULL}-transit")["spec"]["selector"] == transit["spec"]["selector"]["matchLabels"]
+    peer_rule = one(docs, "NetworkPolicy", f"{FULL}-transit")["spec"]["ingress"][1]
+    assert peer_rule["ports"] == [{"port": 4003, "protocol": "TCP"}]
+    assert peer_rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "transit"
 
 
 def test_optional_objects():
