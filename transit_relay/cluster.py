@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import logging
 import re
 import socket
@@ -91,6 +92,7 @@ class Cluster:
         self.hops_out: Counter[str] = Counter()  # paired, no_partner, unreachable
         self.hops_in: Counter[str] = Counter()   # paired, no_partner, refused
         self.local_only = 0  # sides that waited without a claim (Redis unavailable)
+        self.claimed: set[bytes] = set()  # tokens whose claim names this replica
         self._lsock: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
         self._start: asyncio.Task | None = None
@@ -132,9 +134,10 @@ class Cluster:
             task = asyncio.ensure_future(self._claim(action.conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        elif self.link.healthy:
+        else:
             token = action.conn.handshake.token
-            if not self.server.relay.by_token.get(token):  # no side of this token waits here any more
+            if token in self.claimed and not self.server.relay.by_token.get(token):  # none waits here now
+                self.claimed.discard(token)
                 task = asyncio.ensure_future(self._release(token, self.address))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -150,16 +153,15 @@ class Cluster:
             if not self.link.healthy:
                 self.local_only += 1
                 return
-            try:
-                client = self.link.client
-                if await self.link.timed(client.set(self._key(token), self.address, nx=True, px=self.ttl_ms)):
-                    return  # the claim is ours: sides arriving elsewhere hop here
-                holder = await self.link.timed(client.get(self._key(token)))
+            try:  # one round trip: claim if free, else learn the holder (SET NX GET, Redis >= 7)
+                holder = await self.link.timed(self.link.client.set(
+                    self._key(token), self.address, nx=True, px=self.ttl_ms, get=True))
             except UNAVAILABLE:
                 self.local_only += 1
                 return
             if holder is None:
-                continue  # released in between: claim again
+                self.claimed.add(token)  # the claim is ours: sides arriving elsewhere hop here
+                return
             holder = holder.decode() if isinstance(holder, bytes) else holder
             if holder == self.address:
                 return  # another side of this token waits here (same side: redundant); keep the claim
@@ -175,17 +177,16 @@ class Cluster:
     async def _hop(self, conn: Conn, holder: str) -> bool:
         """Join `conn` to its partner on `holder`; False if that side (or replica) is not there."""
         server, loop = self.server, self.server.loop
-        host, _, port = holder.rpartition(":")
         line = hop_line(self.secret, conn.handshake, conn.transport, conn.ip, server.clock())
         try:
-            info = await loop.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
-            sock = socket.socket(info[0][0], socket.SOCK_STREAM)
+            family, address = await _resolve(loop, holder)
+            sock = socket.socket(family, socket.SOCK_STREAM)
         except (OSError, ValueError):
             self.hops_out["unreachable"] += 1
             return False
         sock.setblocking(False)
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, info[0][4]), HOP_CONNECT_TIMEOUT)
+            await asyncio.wait_for(loop.sock_connect(sock, address), HOP_CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await loop.sock_sendall(sock, line)
             reply = await asyncio.wait_for(_read_line(loop, sock), HOP_REPLY_TIMEOUT)
@@ -253,15 +254,37 @@ class Cluster:
         server.dispatch(actions)
 
 
+async def _resolve(loop: asyncio.AbstractEventLoop, holder: str) -> tuple[int, tuple]:
+    """(family, sockaddr) of an advertise address HOST:PORT; IP literals skip the resolver's thread."""
+    host, _, port = holder.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        info = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        return info[0][0], info[0][4]
+    return (socket.AF_INET6, (host, int(port))) if ip.version == 6 else (socket.AF_INET, (host, int(port)))
+
+
 async def _read_line(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    """Bytes up to and including the first newline, read one at a time so nothing after it is taken."""
+    """Bytes up to and including the first newline; nothing after it is taken (relayed bytes may follow)."""
     line = bytearray()
     while len(line) < MAX_HOP_LINE:
-        byte = await loop.sock_recv(sock, 1)
-        if not byte:
+        try:
+            data = sock.recv(MAX_HOP_LINE, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            readable = loop.create_future()
+            loop.add_reader(sock.fileno(), readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        if not data:
             break
-        line += byte
-        if byte == b"\n":
+        end = data.find(b"\n")
+        line += sock.recv(end + 1 if end >= 0 else len(data))
+        if end >= 0:
             break
     return bytes(line)
 
