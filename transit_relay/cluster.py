@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
 from burrow.transit_relay.interfaces import RelayHost
-from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting
+from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
 from burrow.transit_relay.tcp import TcpEndpoint
 
 log = logging.getLogger("burrow.transit.cluster")
@@ -164,7 +164,8 @@ class Cluster:
                 return
             holder = holder.decode() if isinstance(holder, bytes) else holder
             if holder == self.address:
-                return  # another side of this token waits here (same side: redundant); keep the claim
+                self.claimed.add(token)  # another side of this token waits here (same side: redundant)
+                return
             if await self._hop(conn, holder):
                 return
             await self._release(token, holder)  # the holder's side is gone (or the holder is): drop its claim
@@ -195,6 +196,12 @@ class Cluster:
             sock.close()
             self.hops_out["unreachable"] += 1
             return False
+        if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
+            sock.close()
+            self.hops_out["refused"] += 1
+            if conn.phase is Phase.PENDING:
+                server.dispatch(server.relay.protocol_error(conn, server.clock()))
+            return True
         if reply != OK:
             sock.close()
             self.hops_out["no_partner"] += 1
@@ -245,6 +252,8 @@ class Cluster:
         conn = server.relay.open(ip, transport, now)
         if isinstance(conn, str):
             self.hops_in["refused"] += 1
+            with contextlib.suppress(OSError):
+                sock.send(refusal_line(conn))
             sock.close()
             return
         endpoint = TcpEndpoint(server, sock, conn)
@@ -296,9 +305,9 @@ class _ClusterCollector(Collector):
     def collect(self):
         c = self.cluster
         out = CounterMetricFamily("burrow_transit_cluster_hops_out", "hops this replica opened to join a "
-                                  "side waiting on another (paired, no_partner, unreachable, abandoned)",
+                                  "side waiting on another (paired, no_partner, unreachable, refused, abandoned)",
                                   labels=["result"])
-        for result in ("paired", "no_partner", "unreachable", "abandoned"):
+        for result in ("paired", "no_partner", "unreachable", "refused", "abandoned"):
             out.add_metric([result], c.hops_out.get(result, 0))
         yield out
         hin = CounterMetricFamily("burrow_transit_cluster_hops_in", "hops other replicas opened to this "

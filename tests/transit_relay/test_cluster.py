@@ -202,6 +202,21 @@ async def test_without_redis_replicas_pair_on_their_own_and_say_so(cluster, redi
     d_w.close()
 
 
+async def test_a_hop_refused_by_the_holders_limit_refuses_the_client(cluster):
+    r0, r1 = await cluster(2, max_connections_per_ip=1)
+    a_r, a_w = await tcp_side(r0, hs(b"a", token(8)))  # 127.0.0.1's one connection on r0
+    await wait_for(lambda: token(8) in r0.relay.by_token)
+    await asyncio.sleep(0.02)
+    b_r, b_w = await tcp_side(r1, hs(b"b", token(8)))  # r0 would count it as a second one from 127.0.0.1
+    assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
+    assert r1.registry.get_sample_value("burrow_transit_cluster_hops_out_total", {"result": "refused"}) == 1
+    assert r0.registry.get_sample_value("burrow_transit_refusals_total", {"limit": "per_ip"}) == 1
+    assert [e["mood"] for e in sessions(r1)] == ["errory"]
+    assert token(8) in r0.relay.by_token  # the waiting side is untouched
+    a_w.close()
+    b_w.close()
+
+
 def test_hop_lines_are_authenticated_and_fresh():
     hs_ = Handshake(b"a" * 64, b"b" * 16)
     line = hop_line(SECRET, hs_, "websocket", "192.0.2.1", 1000.0).rstrip(b"\n")
