@@ -202,6 +202,26 @@ async def test_without_redis_replicas_pair_on_their_own_and_say_so(cluster, redi
     d_w.close()
 
 
+async def test_a_quiet_cross_replica_pair_idles_out_as_on_one_node(cluster):
+    r0, r1 = await cluster(2, idle_timeout=0.4)
+    a_r, a_w = await tcp_side(r0, hs(b"a", token(9)))
+    await wait_for(lambda: token(9) in r0.relay.by_token)
+    await asyncio.sleep(0.02)
+    b_r, b_w = await tcp_side(r1, hs(b"b", token(9)))
+    assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
+    assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+    a_w.write(b"x")
+    assert await asyncio.wait_for(b_r.readexactly(1), TIMEOUT) == b"x"
+    # then silence: the holder's idle timer ends the pair, and the hop's end reaches the other side
+    assert await asyncio.wait_for(a_r.read(), TIMEOUT) == b""
+    assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
+    await wait_for(lambda: sessions(r0))
+    assert r0.relay.timeouts["idle"] == 1 and r1.relay.timeouts["idle"] == 0
+    assert [e["mood"] for e in sessions(r0)] == ["happy"] and sessions(r1) == []
+    a_w.close()
+    b_w.close()
+
+
 async def test_a_hop_refused_by_the_holders_limit_refuses_the_client(cluster):
     r0, r1 = await cluster(2, max_connections_per_ip=1)
     a_r, a_w = await tcp_side(r0, hs(b"a", token(8)))  # 127.0.0.1's one connection on r0
