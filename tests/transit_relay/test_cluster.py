@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 from websockets.asyncio.client import connect as ws_connect
 
+from burrow.common.redis import key
 from burrow.transit_relay.cluster import hop_line, parse_hop
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.protocol import Handshake
@@ -164,7 +165,7 @@ async def test_a_killed_replica_ends_only_its_hops_and_its_stale_claims_are_drop
     y_a[1].write(b"still here")
     assert await asyncio.wait_for(y_b[0].readexactly(10), TIMEOUT) == b"still here"  # Y did not
     # a crash leaves r0's claim for token 5 behind (a graceful stop may have dropped it): put it back
-    redis.cli("SET", "burrow:transit:{%s}:waiting" % token(5).decode(), r0.cluster.address, "PX", "60000")
+    redis.cli("SET", key("transit", token(5).decode(), "waiting"), r0.cluster.address, "PX", "60000")
     # the newcomer's hop to r0 fails: it drops the stale claim and waits on its own replica
     z_b = await tcp_side(r1, hs(b"b", token(5)))
     await wait_for(lambda: token(5) in r1.relay.by_token)
