@@ -456,10 +456,13 @@ def report(args) -> None:
             print(f"| {cluster} / burrow, throughput | " + " | ".join(
                 f"{n} pair{'s' if n > 1 else ''}: {results[cluster][n]['gbps'] / ours[n]['gbps']:.2f}"
                 for n in counts) + " |" * (len(kinds) + 2 - len(counts)))
+    if args.pairings:
+        pairing_rows(results, kinds, ours, ref)
     if "haproxy" in results:
         print(haproxy_table(results, counts))
-    if not args.pairings:
-        return
+
+
+def pairing_rows(results: dict, kinds: list[str], ours: dict, ref: dict) -> None:
     row = [fmt(results[k].get("latency") and results[k]["latency"] * 1e3, ".2f") for k in kinds]
     print("| pairing latency, median (ms) | " + " | ".join(row)
           + f" | {ours['latency'] / ref['latency']:.2f} | |")
