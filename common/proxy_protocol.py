@@ -160,10 +160,39 @@ class ProxiedTransport:
         return getattr(self._transport, name)
 
 
-def holds(header: ProxyHeader, rest: bytes) -> bool:
-    """A header without a client (LOCAL: the balancer's health check) and nothing after it yet: the gate
-    keeps the connection until its first byte, so a check that just closes is nobody's session."""
-    return header.source is None and not rest
+class HeaderWait:
+    """What both gates do with a connection's first bytes: parse the header, count it, and hold a header
+    without a client (LOCAL: the balancer's health check) until a byte follows, so a check that just
+    closes is nobody's session."""
+
+    def __init__(self, policy: ProxyPolicy) -> None:
+        self.policy = policy
+        self.reader = HeaderReader()
+        self.seen = False
+        self.held: ProxyHeader | None = None
+
+    def feed(self, data: bytes) -> tuple[ProxyHeader, bytes] | str | None:
+        """(header, bytes after it) to hand over; a refusal reason; or None: wait for more."""
+        if self.held is not None:
+            header, self.held = self.held, None
+            return header, data
+        self.seen = True
+        try:
+            got = self.reader.feed(data)
+        except ProxyProtocolError as exc:
+            return exc.reason
+        if got is None:
+            return None
+        header, rest = got
+        self.policy.accepted(header)
+        if header.source is None and not rest:
+            self.held = header
+            return None
+        return header, rest
+
+    def eof_reason(self) -> str | None:
+        """Closed by the client now: "malformed" after part of a header, else None (a health check)."""
+        return "malformed" if self.seen and self.held is None else None
 
 
 def client_address(header: ProxyHeader, transport: asyncio.BaseTransport) -> tuple | None:
@@ -179,12 +208,10 @@ class ProxyGate(asyncio.Protocol):
         self.inner = inner
         self.policy = policy
         self.refusal = refusal
-        self.reader = HeaderReader()
+        self.header = HeaderWait(policy)
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.seen = False
         self.waiting = False
-        self.held: ProxyHeader | None = None  # a LOCAL header: handed over with the first byte after it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -195,22 +222,13 @@ class ProxyGate(asyncio.Protocol):
         self.timer = asyncio.get_running_loop().call_later(self.policy.timeout, self._refuse, "timeout")
 
     def data_received(self, data: bytes) -> None:
-        if self.held is not None:
-            header, rest = self.held, data
-        else:
-            self.seen = True
-            try:
-                got = self.reader.feed(data)
-            except ProxyProtocolError as exc:
-                self._refuse(exc.reason)
-                return
-            if got is None:
-                return
-            header, rest = got
-            self.policy.accepted(header)
-            if holds(header, rest):
-                self.held = header
-                return
+        got = self.header.feed(data)
+        if got is None:
+            return
+        if isinstance(got, str):
+            self._refuse(got)
+            return
+        header, rest = got
         self._stop_waiting()
         transport = self.transport
         transport.set_protocol(self.inner)
@@ -219,8 +237,9 @@ class ProxyGate(asyncio.Protocol):
             self.inner.data_received(rest)
 
     def eof_received(self) -> bool | None:
-        if self.seen and self.held is None:  # some bytes, then EOF before a whole header
-            self._refuse("malformed")
+        reason = self.header.eof_reason()
+        if reason:
+            self._refuse(reason)
         else:
             self._stop_waiting()
         return None
@@ -277,10 +296,8 @@ class SocketGate:
         self.loop, self.sock, self.peer = loop, sock, peer
         self.fd = sock.fileno()
         self.policy, self.done, self.refusal = policy, done, refusal
-        self.reader = HeaderReader()
+        self.header = HeaderWait(policy)
         self.timer: asyncio.TimerHandle | None = None
-        self.seen = False
-        self.held: ProxyHeader | None = None  # as in ProxyGate
 
     def start(self) -> None:
         if not self.policy.admit():
@@ -297,28 +314,20 @@ class SocketGate:
             return
         except OSError:
             data = b""
-        if not data:  # closed: before any byte (or after a LOCAL header) it is a health check
-            if self.seen and self.held is None:
-                self._refuse("malformed")
+        if not data:
+            reason = self.header.eof_reason()
+            if reason:
+                self._refuse(reason)
             else:
                 self.close()
             return
-        if self.held is not None:
-            header, rest = self.held, data
-        else:
-            self.seen = True
-            try:
-                got = self.reader.feed(data)
-            except ProxyProtocolError as exc:
-                self._refuse(exc.reason)
-                return
-            if got is None:
-                return
-            header, rest = got
-            self.policy.accepted(header)
-            if holds(header, rest):
-                self.held = header
-                return
+        got = self.header.feed(data)
+        if got is None:
+            return
+        if isinstance(got, str):
+            self._refuse(got)
+            return
+        header, rest = got
         self._stop_waiting()
         self.done(self.sock, header.source if header.source is not None else self.peer, rest)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-import subprocess
 import sys
 import threading
 import urllib.request
@@ -22,7 +21,7 @@ from harness.haproxy import HAProxy
 from harness.ports import free_port, wait_port
 from harness.processes import Process
 from harness.redis import RedisServer
-from harness.wormhole_servers import MailboxProcess, wormhole
+from harness.wormhole_servers import MailboxProcess, relay_only_transfer
 from tests.transit_relay.conftest import hs, read_events
 
 pytestmark = pytest.mark.slow
@@ -139,27 +138,9 @@ def test_magic_wormhole_clients_given_different_replicas(tmp_path, replicas):
     r0, r1 = replicas(2)
     mailbox = MailboxProcess(str(tmp_path / "mailbox.sqlite")).start()
     try:
-        src, dst = tmp_path / "src", tmp_path / "dst"
-        src.mkdir()
-        dst.mkdir()
         payload = os.urandom(3_000_000)
-        (src / "blob.bin").write_bytes(payload)
-        code = "8-brave-heron"
-        sender = subprocess.Popen(wormhole(mailbox.url, f"tcp:127.0.0.1:{r0.port}", "send", "--no-listen",
-                                           "--hide-progress", "--code", code, str(src / "blob.bin")),
-                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            rx = subprocess.run(wormhole(mailbox.url, f"tcp:127.0.0.1:{r1.port}", "receive", "--no-listen",
-                                         "--hide-progress", "--accept-file", "-o", str(dst / "blob.bin"), code),
-                                cwd=tmp_path, capture_output=True, text=True, timeout=90)
-            out, _ = sender.communicate(timeout=60)
-        finally:
-            if sender.poll() is None:
-                sender.kill()
-                sender.wait()
-        assert rx.returncode == 0, rx.stdout + rx.stderr
-        assert sender.returncode == 0, out
-        assert hashlib.sha256((dst / "blob.bin").read_bytes()).digest() == hashlib.sha256(payload).digest()
+        relay_only_transfer(mailbox.url, f"tcp:127.0.0.1:{r0.port}", f"tcp:127.0.0.1:{r1.port}", tmp_path,
+                            payload, "8-brave-heron")
         big = [e for r in (r0, r1) for e in r.happy() if e["total_bytes"] >= len(payload)]
         assert len(big) == 1, big  # the file crossed the relays once, recorded once
     finally:

@@ -22,7 +22,7 @@ from harness.haproxy import HAProxy, require_haproxy
 from harness.ports import free_port, wait_port
 from harness.processes import ROOT, Process
 from harness.transit_front import Replica, chart_config, front_config
-from harness.wormhole_servers import MailboxProcess, wormhole
+from harness.wormhole_servers import MailboxProcess, relay_only_transfer
 from tests.transit_relay.conftest import hs, read_events, wait_for
 
 pytestmark = pytest.mark.slow
@@ -220,27 +220,8 @@ def test_magic_wormhole_024_through_three_replicas(tmp_path):
         port, ws_port, admin_port = free_port(), free_port(), free_port()
         hap = HAProxy(tmp_path / "haproxy", front_config([r for _, r in replicas], port, ws_port, admin_port))
         helper = f"tcp:127.0.0.1:{port}"
-        src, dst = tmp_path / "src", tmp_path / "dst"
-        src.mkdir()
-        dst.mkdir()
         payload = os.urandom(2_000_000)
-        (src / "blob.bin").write_bytes(payload)
-        code = "7-brave-heron"
-        sender = subprocess.Popen(wormhole(mailbox.url, helper, "send", "--no-listen", "--hide-progress",
-                                           "--code", code, str(src / "blob.bin")),
-                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            rx = subprocess.run(wormhole(mailbox.url, helper, "receive", "--no-listen", "--hide-progress",
-                                         "--accept-file", "-o", str(dst / "blob.bin"), code),
-                                cwd=tmp_path, capture_output=True, text=True, timeout=90)
-            out, _ = sender.communicate(timeout=60)
-        finally:
-            if sender.poll() is None:
-                sender.kill()
-                sender.wait()
-        assert rx.returncode == 0, rx.stdout + rx.stderr
-        assert sender.returncode == 0, out
-        assert hashlib.sha256((dst / "blob.bin").read_bytes()).digest() == hashlib.sha256(payload).digest()
+        relay_only_transfer(mailbox.url, helper, helper, tmp_path, payload, "7-brave-heron")
         happy = [[e for e in read_events(p) if e["mood"] == "happy"] for p in logs]
         assert sorted(map(len, happy)) == [0, 0, 1], happy  # one pair, on one replica
         pair = next(h[0] for h in happy if h)
