@@ -15,6 +15,7 @@ import sys
 import urllib.request
 
 import pytest
+from websockets.asyncio.client import connect as ws_connect
 
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.server import TransitServer
@@ -47,8 +48,9 @@ async def wait_servers(hap: HAProxy, expected: dict[str, bool]) -> None:
 
 
 class Front:
-    def __init__(self, replicas: list[TransitServer], hap: HAProxy, port: int, admin_port: int) -> None:
-        self.replicas, self.hap, self.port, self.admin_port = replicas, hap, port, admin_port
+    def __init__(self, replicas: list[TransitServer], hap: HAProxy, port: int, ws_port: int,
+                 admin_port: int) -> None:
+        self.replicas, self.hap, self.port, self.ws_port, self.admin_port = replicas, hap, port, ws_port, admin_port
 
     def holder(self, token: bytes) -> int | None:
         """Index of the replica where a side with `token` waits."""
@@ -71,7 +73,7 @@ async def front(tmp_path):
     hap = HAProxy(tmp_path / "haproxy", config)
     try:
         await wait_servers(hap, {f"transit-{i}": True for i in range(REPLICAS)})
-        yield Front(replicas, hap, port, admin_port)
+        yield Front(replicas, hap, port, ws_port, admin_port)
     finally:
         hap.stop()
         for server in replicas:
@@ -145,6 +147,33 @@ async def test_hundreds_of_pairs_meet_on_one_replica_each(front):
             assert r.status == 200
     with urllib.request.urlopen(admin + "/metrics", timeout=5) as r:
         assert 'haproxy_backend_active_servers{proxy="transit"} 3' in r.read().decode()
+
+
+async def test_websocket_clients_meet_on_the_first_live_replica(front):
+    async def ws_pair(n: int, source_a: str, source_b: str) -> None:
+        tok = hashlib.sha256(b"ws %d" % n).hexdigest().encode()
+        url = f"ws://127.0.0.1:{front.ws_port}"
+        async with ws_connect(url, local_addr=(source_a, 0)) as a, ws_connect(url, local_addr=(source_b, 0)) as b:
+            await a.send(hs(b"a", tok))
+            await b.send(hs(b"b", tok))
+            assert await asyncio.wait_for(a.recv(), TIMEOUT) == b"ok\n"
+            assert await asyncio.wait_for(b.recv(), TIMEOUT) == b"ok\n"
+            assert front.replicas[0].relay.caps.held_by(source_a) == 1  # PROXY v2 on the WebSocket port too
+            await a.send(b"over websocket")
+            assert await asyncio.wait_for(b.recv(), TIMEOUT) == b"over websocket"
+
+    for n in range(5):
+        await ws_pair(n, "127.0.0.2", "127.0.0.3")
+    await wait_for(lambda: len(read_events(front.replicas[0].config.event_log)) == 5)
+    assert {e["transport"] for e in read_events(front.replicas[0].config.event_log)} == {"websocket"}
+    await front.replicas[0].stop()  # balance first: the next live replica takes over
+    await wait_servers(front.hap, {"transit-0": False, "transit-1": True, "transit-2": True})
+    for _ in range(100):  # the WebSocket backend's own checks see it too
+        if not servers_up(front.hap, "transit-websocket")["transit-0"]:
+            break
+        await asyncio.sleep(0.05)
+    front.replicas = front.replicas[1:]  # ws_pair looks at replicas[0]: now transit-1
+    await ws_pair(9, "127.0.0.4", "127.0.0.5")
 
 
 async def where_tokens_go(front: Front, tokens: list[bytes]) -> dict[bytes, int]:
