@@ -116,6 +116,8 @@ class Cluster:
             self.server.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        if self._tasks:  # let the claims of the sides just closed be released (bounded)
+            await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in [*self._tasks, *([self._start] if self._start else [])]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

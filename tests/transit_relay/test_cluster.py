@@ -121,6 +121,22 @@ async def test_websocket_side_meets_a_tcp_side_on_another_replica(cluster):
     await wait_for(lambda: sessions(r0))
     assert [(e["mood"], e["transport"]) for e in sessions(r0)] == [("happy", "mixed")]
     assert sessions(r1) == []
+    # the other way round: the WebSocket side waits, the TCP side arrives on another replica
+    async with ws_connect(f"ws://127.0.0.1:{r0.websocket_port}") as ws:
+        await ws.send(hs(b"a", token(11)))
+        await wait_for(lambda: token(11) in r0.relay.by_token)
+        await asyncio.sleep(0.02)
+        b_r, b_w = await tcp_side(r1, hs(b"b", token(11)))
+        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"ok\n"
+        assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+        b_w.write(b"tcp to ws")
+        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"tcp to ws"
+        await ws.send(b"ws to tcp")
+        assert await asyncio.wait_for(b_r.readexactly(9), TIMEOUT) == b"ws to tcp"
+    assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
+    b_w.close()
+    await wait_for(lambda: len(sessions(r0)) == 2)
+    assert sessions(r0)[1]["transport"] == "mixed" and sessions(r1) == []
 
 
 async def test_redundant_connections_first_pair_wins(cluster):
