@@ -109,6 +109,7 @@ class Cluster:
                 raise ValueError("--redis-url with a wildcard --host needs --advertise-address HOST:PORT")
             self.address = f"{cfg.host}:{self.peer_port}"
         self.server.loop.add_reader(self._lsock.fileno(), self._accept)
+        self.link.on_health_change(self._redis_changed)
         self._start = asyncio.create_task(self.link.start(connect_deadline=None))  # serves meanwhile
 
     async def stop(self) -> None:
@@ -133,9 +134,7 @@ class Cluster:
     # -- the core's Waiting / Unwaited ----------------------------------------------------------
     def on_action(self, action: Waiting | Unwaited) -> None:
         if isinstance(action, Waiting):
-            task = asyncio.ensure_future(self._claim(action.conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_claim(action.conn)
         else:
             token = action.conn.handshake.token
             if token in self.claimed and not self.server.relay.by_token.get(token):  # none waits here now
@@ -143,6 +142,18 @@ class Cluster:
                 task = asyncio.ensure_future(self._release(token, self.address))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+
+    def _spawn_claim(self, conn: Conn) -> None:
+        task = asyncio.ensure_future(self._claim(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _redis_changed(self, healthy: bool) -> None:
+        """Redis is back (or reached for the first time): register the sides that waited unregistered."""
+        if healthy:
+            for conn in list(self.server.relay.pending.values()):
+                if conn.handshake.token not in self.claimed:
+                    self._spawn_claim(conn)
 
     def _key(self, token: bytes) -> str:
         return key("transit", token.decode(), "waiting")

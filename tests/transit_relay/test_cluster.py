@@ -208,8 +208,17 @@ async def test_without_redis_replicas_pair_on_their_own_and_say_so(cluster, redi
     assert r0.registry.get_sample_value("burrow_transit_cluster_local_only_total") >= 1
     a_w.close()
     b_w.close()
+    # a side that starts waiting on r1 while Redis is away is registered once Redis is back
+    e_r, e_w = await tcp_side(r1, hs(b"a", token(12)))
+    await wait_for(lambda: token(12) in r1.relay.by_token)
     redis.start()  # back: pairing across replicas resumes
     await wait_for(lambda: r0.cluster.link.healthy and r1.cluster.link.healthy, timeout=15)
+    await wait_for(lambda: token(12) in r1.cluster.claimed)
+    f_r, f_w = await tcp_side(r0, hs(b"b", token(12)))
+    assert await asyncio.wait_for(f_r.readexactly(3), TIMEOUT) == b"ok\n"
+    assert await asyncio.wait_for(e_r.readexactly(3), TIMEOUT) == b"ok\n"
+    e_w.close()
+    f_w.close()
     c_r, c_w = await tcp_side(r0, hs(b"a", token(7)))
     await wait_for(lambda: token(7) in r0.relay.by_token)
     await asyncio.sleep(0.05)

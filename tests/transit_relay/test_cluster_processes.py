@@ -44,6 +44,11 @@ class Replica:
                                log=workdir / f"transit-{i}.log")
         wait_port(self.port, self.process.proc)
         wait_port(self.admin_port, self.process.proc)
+        for _ in range(200):  # until it reaches Redis (sides arriving earlier are registered later)
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/readyz", timeout=5) as r:
+                if "Redis reachable" in r.read().decode():
+                    break
+            threading.Event().wait(0.05)
 
     def metric(self, name: str, labels: str = "") -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as r:
