@@ -4,14 +4,19 @@ Run: .venv/bin/python bench/transit.py [--bytes N] [--pairs 1,8] [--rounds 3] [-
 
 Our relay (with and without splice), the reference (`twist transitrelay`), Debian's HAProxy as a plain
 TCP forwarder on the same path (the sender connects to HAProxy, HAProxy to the receiver: what a relay
-costs without any pairing; the yardstick for throughput and CPU per GB) and a direct socket-to-socket
+costs without any pairing; the yardstick for throughput and CPU per GB), two cluster rows
+(`burrow-haproxy`: three replicas with --proxy-protocol behind the Helm chart's token-hashing HAProxy
+front end, CPU summed over the replicas and HAProxy; `burrow-redis`: two --redis-url replicas on one
+redis-server, every pair's sides on different replicas so each pair is joined by a hop, CPU summed over
+both replicas and Redis) and a direct socket-to-socket
 stream are measured in the same run, interleaved round by round so background load hits all alike
 (medians are reported):
   - throughput for 1 and 8 concurrent pairs, a bounded number of bytes per case, one direction;
   - server CPU-seconds per GB (psutil user+system of the server process over the case), and the whole
     machine's CPU-seconds per GB (all processes and the kernel, /proc/stat): once the cores are full, the
     latter bounds throughput;
-  - pairing latency (second handshake sent -> its `ok` received; median of sequential pairings);
+  - pairing latency (second handshake sent -> its `ok` received; median and 99th percentile of 200
+    sequential pairings);
   - pairings per second (many pairs opened and closed with bounded concurrency) and server CPU per
     1000 pairings (less sensitive to a loaded machine than the rate).
 `--path veth` (root) moves senders and receivers into two network namespaces joined to the host by
@@ -48,6 +53,8 @@ from netns import HOST_ADDR, PEER_ADDR, VethPair, add_congestion_option, apply_c
 
 from harness.haproxy import HAProxy  # noqa: E402
 from harness.ports import free_port, wait_port  # noqa: E402
+from harness.redis import RedisServer  # noqa: E402
+from harness.transit_front import Replica, front_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -82,7 +89,82 @@ def haproxy_pair(port: int) -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-def start_server(kind: str) -> tuple[subprocess.Popen, int]:
+class Front:
+    """`burrow-haproxy`: replicas behind the chart's HAProxy front end, stopped together."""
+
+    def __init__(self, replicas: int = 3) -> None:
+        self.workdir = tempfile.TemporaryDirectory()
+        self.replicas = []
+        for _ in range(replicas):
+            self.replicas.append(start_server("burrow", "--proxy-protocol", "--websocket-port", "0"))
+        ws_ports = [free_port() for _ in self.replicas]  # the front end's WebSocket backend is unused here
+        self.port = free_port()
+        config = front_config([Replica(port, w) for (_, port), w in zip(self.replicas, ws_ports, strict=True)],
+                              self.port, free_port(), free_port())
+        self.haproxy = HAProxy(Path(self.workdir.name), config)
+        time.sleep(4.5)  # the health checks mark every replica up (inter 2 s, rise 2)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p, _ in self.replicas] + [self.haproxy.process.pid]
+
+    def terminate(self) -> None:
+        self.haproxy.stop()
+        for p, _ in self.replicas:
+            p.terminate()
+
+    def wait(self, timeout: float) -> None:
+        for p, _ in self.replicas:
+            p.wait(timeout)
+        self.workdir.cleanup()
+
+
+class CrossReplicas:
+    """`burrow-redis`: two replicas on one Redis; side a always reaches the first, side b the second."""
+
+    def __init__(self) -> None:
+        self.workdir = tempfile.TemporaryDirectory()
+        work = Path(self.workdir.name)
+        self.redis = RedisServer(work / "redis", appendfsync="no")
+        (work / "secret").write_text(os.urandom(32).hex())
+        self.replicas = []
+        for _ in range(2):
+            peer = free_port()
+            self.replicas.append(start_server("burrow", "--redis-url", self.redis.url, "--peer-port", str(peer),
+                                              "--advertise-address", f"{HOST}:{peer}",
+                                              "--peer-secret-file", str(work / "secret")))
+        time.sleep(1.0)  # both replicas reach Redis
+        self.port = (self.replicas[0][1], self.replicas[1][1])
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p, _ in self.replicas] + [self.redis.process.pid]
+
+    def terminate(self) -> None:
+        for p, _ in self.replicas:
+            p.terminate()
+
+    def wait(self, timeout: float) -> None:
+        for p, _ in self.replicas:
+            p.wait(timeout)
+        self.redis.kill()
+        self.workdir.cleanup()
+
+
+def processes(proc) -> list[psutil.Process] | None:
+    """The processes whose CPU a case counts (all replicas, and HAProxy or Redis, for the cluster rows)."""
+    if proc is None:
+        return None
+    return [psutil.Process(pid) for pid in (proc.pids if isinstance(proc, Front | CrossReplicas) else [proc.pid])]
+
+
+def start_server(kind: str, *extra: str) -> tuple[subprocess.Popen, int]:
+    if kind == "burrow-haproxy":
+        front = Front()
+        return front, front.port
+    if kind == "burrow-redis":
+        cross = CrossReplicas()
+        return cross, cross.port
     port = free_port()
     if kind == "haproxy":
         return start_haproxy(port), port
@@ -91,6 +173,7 @@ def start_server(kind: str) -> tuple[subprocess.Popen, int]:
                "--admin-port", "-1", "--max-connections-per-ip", "0", "--max-connections", "0"]
         if kind == "burrow-copy":
             cmd.append("--no-splice")
+        cmd.extend(extra)
     else:
         cmd = [str(Path(PY).parent / "twist"), "transitrelay", f"--port=tcp:{port}:interface={HOST}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -110,9 +193,15 @@ def _connect(addr: tuple[str, int], side: str) -> socket.socket:
         return socket.create_connection(addr)
 
 
-def relay_pair(port: int, i: int) -> tuple[socket.socket, socket.socket]:
-    a = _connect((HOST, port), "a")
-    b = _connect((HOST, port), "b")
+def ports_of(port: int | tuple[int, int]) -> tuple[int, int]:
+    """Where sides a and b connect: one relay, or two replicas (burrow-redis)."""
+    return port if isinstance(port, tuple) else (port, port)
+
+
+def relay_pair(port: int | tuple[int, int], i: int) -> tuple[socket.socket, socket.socket]:
+    port_a, port_b = ports_of(port)
+    a = _connect((HOST, port_a), "a")
+    b = _connect((HOST, port_b), "b")
     a.sendall(handshake(i, "a"))
     b.sendall(handshake(i, "b"))
     for s in (a, b):
@@ -161,7 +250,7 @@ def machine_busy() -> float:
 
 
 def stream_case(pairs: list[tuple[socket.socket, socket.socket]], fd: int, per_pair: int,
-                proc: psutil.Process | None) -> tuple[float, float, float]:
+                proc: list[psutil.Process] | None) -> tuple[float, float, float]:
     counts = [[0] for _ in pairs]
     threads = []
     for (a, b), c in zip(pairs, counts, strict=True):
@@ -201,16 +290,18 @@ def counted_receiver(sock: socket.socket, out: list[int]) -> None:
             os.close(f)
 
 
-def cpu_of(proc: psutil.Process | None) -> float:
-    if proc is None:
-        return 0.0
-    t = proc.cpu_times()
-    return t.user + t.system
+def cpu_of(procs: list[psutil.Process] | None) -> float:
+    total = 0.0
+    for proc in procs or ():
+        t = proc.cpu_times()
+        total += t.user + t.system
+    return total
 
 
-async def _pairing(port: int, i: int) -> float:
-    r1, w1 = await asyncio.open_connection(HOST, port)
-    r2, w2 = await asyncio.open_connection(HOST, port)
+async def _pairing(port: int | tuple[int, int], i: int) -> float:
+    port_a, port_b = ports_of(port)
+    r1, w1 = await asyncio.open_connection(HOST, port_a)
+    r2, w2 = await asyncio.open_connection(HOST, port_b)
     w1.write(handshake(i, "a"))
     await w1.drain()
     await asyncio.sleep(0)
@@ -225,9 +316,9 @@ async def _pairing(port: int, i: int) -> float:
     return latency
 
 
-async def pairing_bench(port: int, proc: psutil.Process, sequential: int, total: int,
-                        concurrency: int) -> tuple[float, float, float]:
-    """(median latency s, pairings/s, server CPU-seconds per 1000 pairings)."""
+async def pairing_bench(port: int, proc: list[psutil.Process], sequential: int, total: int,
+                        concurrency: int) -> tuple[float, float, float, float]:
+    """(median latency s, pairings/s, server CPU-seconds per 1000 pairings, 99th percentile latency s)."""
     lat = [await _pairing(port, 10_000_000 + i) for i in range(sequential)]
     sem = asyncio.Semaphore(concurrency)
 
@@ -239,7 +330,7 @@ async def pairing_bench(port: int, proc: psutil.Process, sequential: int, total:
     await asyncio.gather(*(one(i) for i in range(total)))
     rate = total / (time.perf_counter() - t0)
     await asyncio.sleep(0.5)  # let the server finish closing (and logging) the last pairs
-    return statistics.median(lat), rate, (cpu_of(proc) - cpu0) * 1000 / total
+    return statistics.median(lat), rate, (cpu_of(proc) - cpu0) * 1000 / total, statistics.quantiles(lat, n=100)[98]
 
 
 def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial: int) -> tuple[float, float, float]:
@@ -250,7 +341,7 @@ def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial:
         pairs = [haproxy_pair(port) for _ in range(n)]
     else:
         pairs = [direct_pair() if proc is None else relay_pair(port, serial * 100 + i) for i in range(n)]
-    elapsed, cpu, busy = stream_case(pairs, fd, per_pair, psutil.Process(proc.pid) if proc else None)
+    elapsed, cpu, busy = stream_case(pairs, fd, per_pair, processes(proc))
     return per_pair * n / elapsed / 1e9, cpu, busy
 
 
@@ -275,8 +366,8 @@ def run_all(kinds: list[str], fd: int, total_bytes: int, counts: list[int], roun
                          "machine_per_gb": machine_per_gb}
         for k, (proc, port) in servers.items():
             if pairings and k != "haproxy":
-                res[k]["latency"], res[k]["rate"], res[k]["pair_cpu"] = asyncio.run(
-                    pairing_bench(port, psutil.Process(proc.pid), 50, pairings, 32))
+                res[k]["latency"], res[k]["rate"], res[k]["pair_cpu"], res[k]["p99"] = asyncio.run(
+                    pairing_bench(port, processes(proc), 200, pairings, 32))
     finally:
         for proc, _port in servers.values():
             proc.terminate()
@@ -301,6 +392,8 @@ def main() -> None:
                     help="load generator's sending call")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     ap.add_argument("--no-copy-row", action="store_true", help="skip burrow without splice")
+    ap.add_argument("--no-cluster-rows", action="store_true",
+                    help="skip burrow-haproxy and burrow-redis (several replicas)")
     ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments")
     ap.add_argument("--path", choices=["loopback", "veth"], default="loopback",
                     help="veth: senders and receivers in two network namespaces joined to the host by veth "
@@ -325,9 +418,12 @@ def report(args) -> None:
     with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
         f.write(os.urandom(1 << 20) * (FILE_SIZE >> 20))
         f.flush()
-        kinds = ["direct", "burrow", "burrow-copy", "haproxy", "reference"]
+        kinds = ["direct", "burrow", "burrow-copy", "haproxy", "burrow-haproxy", "burrow-redis", "reference"]
         if args.no_copy_row:
             kinds.remove("burrow-copy")
+        if args.no_cluster_rows:
+            kinds.remove("burrow-haproxy")
+            kinds.remove("burrow-redis")
         if args.only:
             kinds = [k for k in kinds if k in args.only.split(",")]
             print(run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings))
@@ -336,7 +432,7 @@ def report(args) -> None:
     ref, ours, direct = results["reference"], results["burrow"], results["direct"]
     where = "127.0.0.1" if args.path == "loopback" else "veth pairs between two network namespaces and the host"
     print(f"\nTransit relay benchmark: {args.bytes / 1e9:.2f} GB per case, one direction, {where}, "
-          f"median of {args.rounds} interleaved rounds, {args.network}; server CPU = the relay process's user+system per GB moved, "
+          f"median of {args.rounds} interleaved rounds, {args.network}; server CPU = the relay process's (cluster rows: every replica's plus HAProxy's or Redis's) user+system per GB moved, "
           f"machine CPU = all processes and the kernel, senders and receivers included\n")
     head = "| figure | " + " | ".join(kinds) + " | burrow / reference | burrow / direct |"
     print(head)
@@ -355,13 +451,24 @@ def report(args) -> None:
         print(f"| machine CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
               + f" | {ours[n]['machine_per_gb'] / ref[n]['machine_per_gb']:.2f} "
               f"| {ours[n]['machine_per_gb'] / direct[n]['machine_per_gb']:.2f}x |")
+    for cluster in ("burrow-haproxy", "burrow-redis"):
+        if cluster in results:
+            print(f"| {cluster} / burrow, throughput | " + " | ".join(
+                f"{n} pair{'s' if n > 1 else ''}: {results[cluster][n]['gbps'] / ours[n]['gbps']:.2f}"
+                for n in counts) + " |" * (len(kinds) + 2 - len(counts)))
+    if args.pairings:
+        pairing_rows(results, kinds, ours, ref)
     if "haproxy" in results:
         print(haproxy_table(results, counts))
-    if not args.pairings:
-        return
+
+
+def pairing_rows(results: dict, kinds: list[str], ours: dict, ref: dict) -> None:
     row = [fmt(results[k].get("latency") and results[k]["latency"] * 1e3, ".2f") for k in kinds]
     print("| pairing latency, median (ms) | " + " | ".join(row)
           + f" | {ours['latency'] / ref['latency']:.2f} | |")
+    row = [fmt(results[k].get("p99") and results[k]["p99"] * 1e3, ".2f") for k in kinds]
+    print("| pairing latency, 99th percentile (ms) | " + " | ".join(row)
+          + f" | {ours['p99'] / ref['p99']:.2f} | |")
     row = [fmt(results[k].get("rate"), ".0f") for k in kinds]
     print("| pairings per second | " + " | ".join(row) + f" | {ours['rate'] / ref['rate']:.1f}x | |")
     row = [fmt(results[k].get("pair_cpu"), ".2f") for k in kinds]

@@ -15,9 +15,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 class AdminServer:
     def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool],
-                 healthy: Callable[[], bool] = lambda: True, service: str = "") -> None:
+                 healthy: Callable[[], bool] = lambda: True, service: str = "",
+                 detail: Callable[[], str] | None = None) -> None:
         self.registry = registry
         self.ready = ready
+        self.detail = detail  # one more line for /readyz (e.g. a degraded mode that still serves)
         self.healthy = healthy
         self.service = service
         self.port: int | None = None
@@ -41,7 +43,10 @@ class AdminServer:
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         ok = self.ready()
-        return web.Response(text="ready\n" if ok else "not ready\n", status=200 if ok else 503)
+        text = "ready\n" if ok else "not ready\n"
+        if self.detail is not None:
+            text += self.detail() + "\n"
+        return web.Response(text=text, status=200 if ok else 503)
 
     async def _index(self, _request: web.Request) -> web.Response:
         return web.Response(text=f"burrow {self.service} admin: /metrics /healthz /readyz\n")

@@ -153,5 +153,32 @@ def wormhole(url: str, transit: str, *args: str) -> list[str]:
     return [WORMHOLE, "--relay-url", url, "--transit-helper", transit, *args]
 
 
-__all__ = ["ROOT", "VENV_BIN", "WORMHOLE", "TWIST", "MailboxProcess", "Servers", "TransitRelay", "servers_kind",
-           "start_servers", "wormhole"]
+def relay_only_transfer(url: str, send_helper: str, receive_helper: str, workdir: Path, payload: bytes,
+                        code: str) -> None:
+    """magic-wormhole 0.24 sends `payload` as a file, both sides `--no-listen` (so only the transit
+    relays can carry it), each with its own `--transit-helper`; raises unless both exit 0 and the
+    received file is byte for byte the one sent."""
+    src, dst = workdir / f"src-{code}", workdir / f"dst-{code}"
+    src.mkdir()
+    dst.mkdir()
+    (src / "blob.bin").write_bytes(payload)
+    sender = subprocess.Popen(wormhole(url, send_helper, "send", "--no-listen", "--hide-progress", "--code", code,
+                                       str(src / "blob.bin")),
+                              cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        rx = subprocess.run(wormhole(url, receive_helper, "receive", "--no-listen", "--hide-progress",
+                                     "--accept-file", "-o", str(dst / "blob.bin"), code),
+                            cwd=workdir, capture_output=True, text=True, timeout=90)
+        out, _ = sender.communicate(timeout=60)
+    finally:
+        if sender.poll() is None:
+            sender.kill()
+            sender.wait()
+    if rx.returncode != 0 or sender.returncode != 0:
+        raise AssertionError(f"receiver: {rx.returncode} {rx.stdout}{rx.stderr}\nsender: {sender.returncode} {out}")
+    if (dst / "blob.bin").read_bytes() != payload:
+        raise AssertionError("the received file differs from the one sent")
+
+
+__all__ = ["ROOT", "VENV_BIN", "WORMHOLE", "TWIST", "MailboxProcess", "Servers", "TransitRelay", "relay_only_transfer",
+           "servers_kind", "start_servers", "wormhole"]

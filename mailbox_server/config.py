@@ -59,6 +59,8 @@ class MailboxConfig:
     max_write_buffer: int = setting(4 << 20, "drop a client that leaves this much unread output", "bytes")
     trust_x_real_ip: bool = setting(False, "count per-IP limits by the X-Real-IP header (behind a proxy); "
                                            "your-address always honours it")
+    proxy_protocol: bool = setting(False, "every connection starts with a PROXY protocol header (v2 or v1) "
+                                         "naming the client (HAProxy `send-proxy-v2`); without one it is refused")
     verbose: bool = setting(False, "debug logging")
 
     def limits(self) -> Limits:

@@ -25,6 +25,7 @@ from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.limits import ConnectionCaps
 from burrow.common.listen import tcp_listener
+from burrow.common.proxy_protocol import gate_factory, proxy_policy
 
 from . import messages as m
 from .channels import ChannelStore
@@ -100,7 +101,8 @@ class MailboxServer:
     async def _listen(self) -> asyncio.AbstractServer:
         def factory() -> WSConnection:
             return WSConnection(self)
-        return await self.loop.create_server(factory, sock=tcp_listener(self.config.host, self.config.port))
+        gated = gate_factory(factory, proxy_policy("mailbox", self.config.proxy_protocol, self.metrics.registry))
+        return await self.loop.create_server(gated, sock=tcp_listener(self.config.host, self.config.port))
 
     async def stop(self) -> None:
         """Drain: refuse new work, finish requests in flight, ask clients to reconnect, then exit."""

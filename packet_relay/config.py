@@ -51,6 +51,9 @@ class RelayConfig:
     keepalive_interval: float = setting(60.0, "KeepAlive period (plus up to 5 s of jitter)", "s")
     max_connections: int = setting(0, "connections in total (0 = unlimited)")
     max_connections_per_ip: int = setting(0, "connections per client address (0 = unlimited)")
+    proxy_protocol: bool = setting(False, "every HTTP/HTTPS connection starts with a PROXY protocol header (v2 or "
+                                         "v1) naming the client (HAProxy `send-proxy-v2`); without one it is "
+                                         "refused")
     max_dups_per_key: int = setting(8, "connections per public key; the oldest beyond it is closed")
     restart_reconnect_ms: int = setting(1000, "Restarting frame: ask clients to reconnect after", "ms")
     restart_try_for_ms: int = setting(60000, "Restarting frame: and to keep trying for", "ms")

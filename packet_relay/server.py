@@ -17,6 +17,7 @@ from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.limits import ConnectionCaps, TokenBucket
 from burrow.common.listen import tcp_listener
+from burrow.common.proxy_protocol import gate_factory, proxy_policy, refusal_none
 from burrow.wire.derp import frames as f
 from burrow.wire.derp.handshake import ServerInfoJSON, public_key
 
@@ -63,6 +64,7 @@ class RelayServer:
         self._stun = None
         self._admin: AdminServer | None = None
         self.prometheus = make_registry(self.stats)
+        self.proxy = proxy_policy("relay", config.proxy_protocol, self.prometheus)
         self.iroh = IrohService(self, IrohSettings.from_config(config))  # claims /relay and /ping
         self.messaging = MessagingService(MessagingSettings.from_config(config), self.events)
         self.prometheus.register(_MessagingMetrics(self.messaging))
@@ -115,12 +117,13 @@ class RelayServer:
             if not (cert and key):
                 raise ValueError("HTTPS needs --tls-cert and --tls-key, or --dev-tls (or --https-port -1)")
             self.ssl_context = server_context(cert, key)
-            srv = await self.loop.create_server(lambda: RelayConn(self, True),
+            srv = await self.loop.create_server(gate_factory(lambda: RelayConn(self, True), self.proxy,
+                                                             refusal_none),
                                                 sock=tcp_listener(cfg.host, cfg.https_port))
             self._servers.append(srv)
             self.https_port = srv.sockets[0].getsockname()[1]
         if cfg.http_port > 0 or self._http_ephemeral:
-            srv = await self.loop.create_server(lambda: RelayConn(self, False),
+            srv = await self.loop.create_server(gate_factory(lambda: RelayConn(self, False), self.proxy),
                                                 sock=tcp_listener(cfg.host, cfg.http_port))
             self._servers.append(srv)
             self.http_port = srv.sockets[0].getsockname()[1]

@@ -38,6 +38,19 @@ class TransitConfig:
                                        "write limit of pairs with a WebSocket side", unit="bytes")
     websocket_max_message: int = setting(1048576, "largest WebSocket message accepted", unit="bytes")
     websocket_max_queue: int = setting(4, "WebSocket messages queued per connection before reading pauses")
+    proxy_protocol: bool = setting(False, "every TCP and WebSocket client connection starts with a PROXY protocol "
+                                         "header (v2 or v1) naming the client: run behind HAProxy "
+                                         "`send-proxy-v2` or a load balancer that sends it; connections "
+                                         "without one are refused")
+    redis_url: str | None = setting(None, "pair sides that reach different replicas: each waiting side is "
+                                          "registered in this Redis (redis://, rediss://, unix://, cluster) "
+                                          "and a side arriving elsewhere is joined to it by a hop")
+    peer_port: int = setting(4003, "TCP port on which replicas accept each other's hops (with --redis-url; "
+                                   "0 = any free port)")
+    advertise_address: str | None = setting(None, "HOST:PORT other replicas dial for hops to this one "
+                                                  "(default: --host and --peer-port when --host is one address)")
+    peer_secret_file: str | None = setting(None, "file holding the secret shared by all replicas; hops are "
+                                                 "authenticated with it (required with --redis-url)")
     verbose: bool = setting(False, "debug logging")
 
     def __post_init__(self) -> None:
@@ -48,6 +61,8 @@ class TransitConfig:
             raise ValueError("idle_timeout must be >= 0")
         if self.pipe_size < 4096 or self.buffer_size < 1024:
             raise ValueError("pipe_size must be >= 4096 and buffer_size >= 1024")
+        if self.redis_url and not self.peer_secret_file:
+            raise ValueError("--redis-url needs --peer-secret-file (the replicas' shared hop secret)")
 
     def limits(self) -> Limits:
         return Limits(handshake_timeout=self.handshake_timeout, pending_timeout=self.pending_timeout,

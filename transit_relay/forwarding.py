@@ -18,7 +18,7 @@ import os
 import socket
 from collections.abc import Callable
 
-from burrow.transit_relay.protocol import PairState
+from burrow.transit_relay.interfaces import ByteCounts
 
 HAVE_SPLICE = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
 _SPLICE_FLAGS = (os.SPLICE_F_NONBLOCK | os.SPLICE_F_MOVE) if HAVE_SPLICE else 0
@@ -232,7 +232,7 @@ class TcpPairForwarder:
     """Relays both directions of a TCP<->TCP pair; calls `on_done()` once both sockets are closed."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, a: socket.socket, b: socket.socket,
-                 pair: PairState, on_done: Callable[[], None], pool: PipePool | None,
+                 pair: ByteCounts, on_done: Callable[[], None], pool: PipePool | None,
                  shared: memoryview | None = None) -> None:
         self.loop = loop
         self.pair = pair

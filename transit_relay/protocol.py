@@ -3,7 +3,12 @@
 in:  connection opened (ip, transport), handshake bytes or a whole WebSocket message, data that
      arrives before `ok`, connection lost, pair finished, clock ticks (`now` is always an argument).
 out: actions for the adapter: `Pair` (send `ok\\n` to both and start forwarding), `Close` (send an
-     optional reply line, then close), `Record` (one event-log line).
+     optional reply line, then close), `Record` (one event-log line), `Waiting` / `Unwaited` (a
+     connection starts / stops waiting for a partner: a cluster registers it where other replicas see it).
+Across replicas (transit_relay/cluster.py): a side that arrives on one replica while its partner waits on
+another is joined by a hop connection. On the partner's replica the hop is an ordinary connection that
+must pair at once (`hop_in`); on the arriving side's replica the pair with the hop is a `hop` pair
+(`hop_out`): its bytes are moved there too, but its one session line is written by the partner's replica.
 states per connection: handshake -> pending -> paired -> closed (any state may go straight to closed).
 
 Facts follow magic-wormhole-transit-relay 0.5.0 (see docs/transit.md): both handshakes, the 1024-byte
@@ -137,6 +142,7 @@ class PairState:
     last_total: int = 0
     last_active: float = 0.0
     finished: bool = False
+    hop: bool = False  # joined to a partner on another replica: that replica writes the session line
 
     @property
     def total(self) -> int:
@@ -166,6 +172,20 @@ class Record:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """Action: `conn` waits for a partner (a cluster registers its token)."""
+
+    conn: Conn
+
+
+@dataclass(frozen=True)
+class Unwaited:
+    """Action: `conn` no longer waits (paired, closed, or joined to another replica)."""
+
+    conn: Conn
+
+
+@dataclass(frozen=True)
 class Limits:
     handshake_timeout: float = 30.0
     pending_timeout: float = 600.0
@@ -176,6 +196,10 @@ class Limits:
     max_per_ip: int = 0
 
 
+NO_PARTNER = b"no partner\n"  # to a hop whose waiting side is gone
+HOP_IP = "(hop)"  # the address of a hop pair's far end: not a client, never counted against limits
+
+
 def refusal_line(reason: str) -> bytes:
     return f"error: relay is full ({reason})\n".encode()
 
@@ -183,8 +207,9 @@ def refusal_line(reason: str) -> bytes:
 class Relay:
     """All pairing state of one relay process. Every method returns a list of actions."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, announce: bool = False) -> None:
         self.limits = limits
+        self.announce = announce  # emit Waiting / Unwaited (a cluster needs them)
         self.caps = ConnectionCaps(limits.max_connections, limits.max_per_ip)
         self._next_id = 0
         self.handshaking: OrderedDict[int, Conn] = OrderedDict()  # oldest first
@@ -196,6 +221,7 @@ class Relay:
         self.refusals: dict[str, int] = {}
         self.timeouts: dict[str, int] = {"handshake": 0, "pending": 0, "idle": 0}
         self.bytes_finished = 0
+        self.hop_bytes_finished = 0  # moved by hop pairs (their sessions are counted on the other replica)
 
     # -- connection lifecycle -------------------------------------------------------------
     def open(self, ip: str, transport: str, now: float, handle: object = None) -> Conn | str:
@@ -260,10 +286,14 @@ class Relay:
             return []
         pair.finished = True
         self.pairs.discard(pair)
-        self.bytes_finished += pair.total
         for c in (pair.first, pair.second):
             c.phase = Phase.CLOSED
-            self.caps.release(c.ip)
+            if c.ip is not HOP_IP:
+                self.caps.release(c.ip)
+        if pair.hop:
+            self.hop_bytes_finished += pair.total
+            return []
+        self.bytes_finished += pair.total
         mood = Mood.HAPPY if pair.total else Mood.JILTED
         self.moods[mood] += 1
         a, b = pair.first.transport, pair.second.transport
@@ -294,6 +324,8 @@ class Relay:
             out += self._close(conn, Mood.LONELY, now)
         if lim.idle_timeout > 0:
             for pair in list(self.pairs):
+                if pair.hop:  # the partner's replica times it out
+                    continue
                 total = pair.total
                 if total != pair.last_total:
                     pair.last_total, pair.last_active = total, now
@@ -315,7 +347,35 @@ class Relay:
         return out
 
     def bytes_relayed(self) -> int:
-        return self.bytes_finished + sum(p.total for p in self.pairs)
+        return self.bytes_finished + sum(p.total for p in self.pairs if not p.hop)
+
+    # -- across replicas (cluster.py) -------------------------------------------------------
+    def hop_in(self, conn: Conn, handshake: Handshake, now: float) -> list:
+        """A hop from another replica (opened with `open` under its client's address) for a side
+        waiting here: it pairs at once, or is closed with NO_PARTNER and no session line (the
+        client stays with the other replica)."""
+        self.handshaking.pop(conn.id, None)
+        conn.handshake = handshake
+        if self._partner(handshake) is None:
+            conn.phase = Phase.CLOSED
+            self.caps.release(conn.ip)
+            return [Close(conn, NO_PARTNER)]
+        return self._register(conn, handshake, now)
+
+    def hop_out(self, conn: Conn, handle: object, now: float) -> list:
+        """`conn`, waiting here, is joined through a hop (`handle`) to its partner on another replica."""
+        if conn.phase is not Phase.PENDING:
+            return []
+        out = self._unpend(conn)
+        for other in list(self.by_token.get(conn.handshake.token, [])):
+            out += self._close(other, Mood.REDUNDANT, now)
+        self._next_id += 1
+        hop = Conn(self._next_id, HOP_IP, "tcp", now, handle, phase=Phase.PAIRED, since=now)
+        pair = PairState(hop, conn, paired_at=now, last_active=now, hop=True)
+        hop.pair = conn.pair = pair
+        conn.phase, conn.since = Phase.PAIRED, now
+        self.pairs.add(pair)
+        return [Pair(pair)] + out
 
     # -- internals ------------------------------------------------------------------------
     def _refuse(self, reason: str) -> None:
@@ -324,8 +384,7 @@ class Relay:
     def _register(self, conn: Conn, handshake: Handshake, now: float) -> list:
         self.handshaking.pop(conn.id, None)
         conn.handshake = handshake
-        waiting = self.by_token.get(handshake.token, [])
-        partner = next((c for c in waiting if c.handshake and c.handshake.pairs_with(handshake)), None)
+        partner = self._partner(handshake)
         if partner is None:
             if self.limits.max_pending and len(self.pending) >= self.limits.max_pending:
                 self._refuse("pending")
@@ -333,12 +392,11 @@ class Relay:
             conn.phase, conn.since = Phase.PENDING, now
             self.pending[conn.id] = conn
             self.by_token.setdefault(handshake.token, []).append(conn)
-            return []
+            return [Waiting(conn)] if self.announce else []
         if self.limits.max_pairs and len(self.pairs) >= self.limits.max_pairs:
             self._refuse("pairs")
             return self._close(conn, Mood.ERRORY, now, refusal_line("pairs"))
-        out: list = []
-        self._unpend(partner)
+        out: list = self._unpend(partner)
         for other in list(self.by_token.get(handshake.token, [])):
             out += self._close(other, Mood.REDUNDANT, now)
         pair = PairState(partner, conn, paired_at=now, waited=max(0.0, now - partner.since), last_active=now)
@@ -347,8 +405,13 @@ class Relay:
         self.pairs.add(pair)
         return [Pair(pair)] + out
 
-    def _unpend(self, conn: Conn) -> None:
-        self.pending.pop(conn.id, None)
+    def _partner(self, handshake: Handshake) -> Conn | None:
+        waiting = self.by_token.get(handshake.token, [])
+        return next((c for c in waiting if c.handshake and c.handshake.pairs_with(handshake)), None)
+
+    def _unpend(self, conn: Conn) -> list:
+        if self.pending.pop(conn.id, None) is None:
+            return []
         if conn.handshake is not None:
             waiting = self.by_token.get(conn.handshake.token)
             if waiting is not None:
@@ -356,6 +419,7 @@ class Relay:
                     waiting.remove(conn)
                 if not waiting:
                     del self.by_token[conn.handshake.token]
+        return [Unwaited(conn)] if self.announce else []
 
     def _close(self, conn: Conn, mood: Mood, now: float, reply: bytes | None = None,
                quiet: bool = False) -> list:
@@ -363,7 +427,7 @@ class Relay:
         if conn.phase in (Phase.CLOSED, Phase.PAIRED):
             return []
         self.handshaking.pop(conn.id, None)
-        self._unpend(conn)
+        left = self._unpend(conn)
         conn.phase = Phase.CLOSED
         self.caps.release(conn.ip)
         self.moods[mood] += 1
@@ -372,4 +436,4 @@ class Relay:
             "mood": mood.value, "transport": conn.transport,
             "bytes_from_first": 0, "bytes_from_second": 0, "total_bytes": 0,
         })
-        return [record] if quiet else [Close(conn, reply), record]
+        return left + ([record] if quiet else [Close(conn, reply), record])

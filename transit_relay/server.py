@@ -16,100 +16,32 @@ import time
 from burrow.common.admin import AdminServer
 from burrow.common.events import EventLog
 from burrow.common.listen import tcp_listener
+from burrow.common.proxy_protocol import SocketGate, proxy_policy
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
 from burrow.transit_relay.metrics import make_registry, pairing_wait_histogram
-from burrow.transit_relay.protocol import OK, Close, Conn, Pair, PairState, Record, Relay, refusal_line
+from burrow.transit_relay.protocol import (
+    Close,
+    Pair,
+    PairState,
+    Record,
+    Relay,
+    Unwaited,
+    Waiting,
+    refusal_line,
+)
+from burrow.transit_relay.tcp import TcpEndpoint
 from burrow.transit_relay.websocket import StreamPair, WebSocketListener
 
 log = logging.getLogger("burrow.transit")
 _ACCEPT_BURST = 64
-_HANDSHAKE_READ = 4096
-
-
-class TcpEndpoint:
-    """One TCP client: reads its handshake, then belongs to a forwarder (or a StreamPair)."""
-
-    transport = "tcp"
-
-    def __init__(self, server: TransitServer, sock: socket.socket, conn: Conn) -> None:
-        self.server = server
-        self.loop = server.loop
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.conn = conn
-        self.forwarder: TcpPairForwarder | None = None
-        self.stream = None  # websocket.StreamPair when paired with a WebSocket
-        self.closed = False
-
-    def start(self) -> None:
-        self.loop.add_reader(self.fd, self._readable)
-
-    def _readable(self) -> None:
-        try:
-            data = self.sock.recv(_HANDSHAKE_READ)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        now = self.server.clock()
-        if not data:
-            actions = self.server.relay.lost(self.conn, now)
-            self._drop()
-        else:
-            actions = self.server.relay.receive(self.conn, data, now)
-        self.server.dispatch(actions)
-
-    def take_over(self) -> None:
-        """Paired: stop handshake reading and send `ok` (the socket buffer is empty, so it fits)."""
-        self.loop.remove_reader(self.fd)
-        with contextlib.suppress(OSError):
-            self.sock.send(OK)
-
-    def close(self, reply: bytes | None = None) -> None:
-        if self.forwarder is not None:
-            self.forwarder.abort()
-        elif self.stream is not None:
-            self.stream.abort()
-        elif not self.closed:
-            if reply:
-                with contextlib.suppress(OSError):
-                    self.sock.send(reply)
-            self._drop()
-
-    def _drop(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.loop.remove_reader(self.fd)
-            self.sock.close()
-
-    # -- used by websocket.StreamPair (TCP side of a mixed pair) --------------------------
-    async def pump_to(self, partner, pair: PairState, first: bool) -> None:
-        bufsize = min(self.server.config.buffer_size, 262144)  # each recv allocates a fresh bytes object
-        while True:
-            data = await self.loop.sock_recv(self.sock, bufsize)
-            if not data:
-                return
-            await partner.write(data)
-            if first:
-                pair.bytes_from_first += len(data)
-            else:
-                pair.bytes_from_second += len(data)
-
-    async def write(self, data: bytes) -> None:
-        await self.loop.sock_sendall(self.sock, data)
-
-    def shut(self) -> None:
-        """Wake any pending recv/send on this socket without closing the fd under them."""
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
 
 
 class TransitServer:
     def __init__(self, config: TransitConfig, clock=time.time) -> None:
         self.config = config
         self.clock = clock
-        self.relay = Relay(config.limits())
+        self.relay = Relay(config.limits(), announce=config.redis_url is not None)
         self.events = EventLog(config.event_log, "transit", node=config.node_name, blur=config.blur_usage)
         self.pool = PipePool(config.pipe_size) if config.splice and HAVE_SPLICE else None
         self.copy_buffer = memoryview(bytearray(config.buffer_size))  # shared by all copy-path pairs
@@ -117,6 +49,11 @@ class TransitServer:
         self.streams: set[StreamPair] = set()
         self.registry = make_registry(self.relay, self.buffered)
         self.pairing_wait = pairing_wait_histogram(self.registry)
+        self.proxy = proxy_policy("transit", config.proxy_protocol, self.registry)
+        self.cluster = None
+        if config.redis_url:  # imported only when used: a single relay loads no Redis client
+            from burrow.transit_relay.cluster import Cluster
+            self.cluster = Cluster(self, self.registry, self.events.node)
         self.admin: AdminServer | None = None
         self.websocket: WebSocketListener | None = None
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -135,10 +72,13 @@ class TransitServer:
         self.port = self._lsock.getsockname()[1]
         self.loop.add_reader(self._lsock.fileno(), self._accept)
         if cfg.websocket_port >= 0:
-            self.websocket = WebSocketListener(self)
+            self.websocket = WebSocketListener(self, self.proxy)
             self.websocket_port = await self.websocket.start(cfg.host, cfg.websocket_port)
+        if self.cluster is not None:
+            await self.cluster.start()
         if cfg.admin_port >= 0:
-            self.admin = AdminServer(self.registry, ready=lambda: self._ready, service="transit")
+            self.admin = AdminServer(self.registry, ready=lambda: self._ready, service="transit",
+                                     detail=self.cluster.detail if self.cluster else None)
             self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port)
         self._tasks = [asyncio.create_task(self._tick_loop()), asyncio.create_task(self._stats_loop())]
         self._ready = True
@@ -151,7 +91,11 @@ class TransitServer:
             self.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        if self.proxy is not None:
+            self.proxy.close_all()
         self.dispatch(self.relay.shutdown(self.clock()))
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self.websocket is not None:
             await self.websocket.stop()
         for _ in range(100):  # stream pairs close asynchronously
@@ -182,15 +126,24 @@ class TransitServer:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            conn = self.relay.open(addr[0], "tcp", self.clock())
-            if isinstance(conn, str):
-                with contextlib.suppress(OSError):
-                    sock.send(refusal_line(conn))
-                sock.close()
-                continue
-            endpoint = TcpEndpoint(self, sock, conn)
-            conn.handle = endpoint
-            endpoint.start()
+            if self.proxy is None:
+                self._admit(sock, addr, b"")
+            else:  # the client's address comes first, in the balancer's PROXY header
+                SocketGate(self.loop, sock, addr, self.proxy, self._admit).start()
+
+    def _admit(self, sock: socket.socket, addr: tuple, first: bytes) -> None:
+        """A client connection from `addr`: counted against the limits, then read; `first`: bytes read already."""
+        conn = self.relay.open(addr[0], "tcp", self.clock())
+        if isinstance(conn, str):
+            with contextlib.suppress(OSError):
+                sock.send(refusal_line(conn))
+            sock.close()
+            return
+        endpoint = TcpEndpoint(self, sock, conn)
+        conn.handle = endpoint
+        endpoint.start()
+        if first:
+            self.dispatch(self.relay.receive(conn, first, self.clock()))
 
     # -- actions --------------------------------------------------------------------------
     def dispatch(self, actions: list) -> None:
@@ -200,15 +153,18 @@ class TransitServer:
             elif isinstance(action, Close):
                 action.conn.handle.close(action.reply)
             elif isinstance(action, Pair):
-                self.pairing_wait.observe(action.state.waited)
+                if not action.state.hop:  # a hop pair's wait is observed where its session is
+                    self.pairing_wait.observe(action.state.waited)
                 self._start_pair(action.state)
+            elif isinstance(action, (Waiting, Unwaited)):
+                self.cluster.on_action(action)
 
     def _start_pair(self, pair: PairState) -> None:
         a, b = pair.first.handle, pair.second.handle
         if isinstance(a, TcpEndpoint) and isinstance(b, TcpEndpoint):
             a.take_over()
             b.take_over()
-            fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self._pair_done(pair, fwd),
+            fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self.pair_done(pair, fwd),
                                    self.pool, self.copy_buffer)
             a.forwarder = b.forwarder = fwd
             self.forwarders.add(fwd)
@@ -218,7 +174,7 @@ class TransitServer:
             self.streams.add(stream)
             stream.start()
 
-    def _pair_done(self, pair: PairState, holder) -> None:
+    def pair_done(self, pair: PairState, holder: object) -> None:
         self.forwarders.discard(holder)
         self.streams.discard(holder)
         self.dispatch(self.relay.finish(pair, self.clock()))

@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import cast
 
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from burrow.common.listen import tcp_listener
-from burrow.transit_relay.protocol import OK, PairState, Phase
+from burrow.common.proxy_protocol import ProxyPolicy, gate_connection
+from burrow.transit_relay.interfaces import Endpoint, RelayHost, Stream, TcpSide
+from burrow.transit_relay.protocol import OK, Conn, PairState, Phase
 
 log = logging.getLogger("burrow.transit.websocket")
 _FULL = 1013  # "try again later"
@@ -29,11 +32,11 @@ _FULL = 1013  # "try again later"
 class WsEndpoint:
     transport = "websocket"
 
-    def __init__(self, server, ws: ServerConnection, conn) -> None:
+    def __init__(self, server: RelayHost, ws: ServerConnection, conn: Conn) -> None:
         self.server = server
         self.ws = ws
         self.conn = conn
-        self.stream: StreamPair | None = None
+        self.stream: Stream | None = None
         self._ok: asyncio.Task | None = None
         self._closing: asyncio.Task | None = None
 
@@ -94,7 +97,7 @@ class WsEndpoint:
 class StreamPair:
     """A pair with at least one WebSocket side. Two directions; when one ends, both sides close."""
 
-    def __init__(self, server, pair: PairState, a, b) -> None:
+    def __init__(self, server: RelayHost, pair: PairState, a: Endpoint, b: Endpoint) -> None:
         self.server = server
         self.pair = pair
         self.a, self.b = a, b
@@ -110,16 +113,16 @@ class StreamPair:
             if ep.transport == "tcp":
                 self.tasks.append(asyncio.ensure_future(self._tcp_direction(ep, partner, first)))
 
-    async def _tcp_direction(self, ep, partner, first: bool) -> None:
+    async def _tcp_direction(self, ep: Endpoint, partner: Endpoint, first: bool) -> None:
         try:
-            await ep.pump_to(partner, self.pair, first)
+            await cast(TcpSide, ep).pump_to(partner, self.pair, first)
         except (ConnectionClosed, OSError, asyncio.CancelledError):
             pass
         finally:
             self.direction_ended()
             self.part_done()
 
-    async def forward(self, ep: WsEndpoint, msg: bytes) -> None:
+    async def forward(self, ep: Endpoint, msg: bytes) -> None:
         partner = self.b if ep is self.a else self.a
         await partner.write(msg)
         if ep is self.a:
@@ -143,14 +146,14 @@ class StreamPair:
         if self.parts == 0:
             for ep in (self.a, self.b):
                 if ep.transport == "tcp":
-                    ep.closed = True
-                    ep.sock.close()
-            self.server._pair_done(self.pair, self)
+                    cast(TcpSide, ep).close_socket()
+            self.server.pair_done(self.pair, self)
 
 
 class WebSocketListener:
-    def __init__(self, server) -> None:
+    def __init__(self, server: RelayHost, proxy: ProxyPolicy | None = None) -> None:
         self.server = server
+        self.proxy = proxy  # --proxy-protocol: each connection is gated until its header is read
         self._ws_server = None
 
     async def start(self, host: str, port: int) -> int:
@@ -158,7 +161,8 @@ class WebSocketListener:
         self._ws_server = await serve(
             self._handler, sock=tcp_listener(host, port), compression=None, ping_interval=None,
             open_timeout=cfg.handshake_timeout, max_size=cfg.websocket_max_message,
-            max_queue=cfg.websocket_max_queue, write_limit=cfg.buffer_size, server_header=None)
+            max_queue=cfg.websocket_max_queue, write_limit=cfg.buffer_size, server_header=None,
+            create_connection=gate_connection(ServerConnection, self.proxy))
         return self._ws_server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

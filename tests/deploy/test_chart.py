@@ -31,7 +31,8 @@ VALUE_SETS = {
         "service": {"type": "NodePort", "externalTrafficPolicy": "Cluster"},
         "mailbox": {"service": {"nodePort": 30400}, "env": {"BURROW_MAILBOX_MOTD": "hello",
                                                             "BURROW_MAILBOX_BLUR_USAGE": 3600}},
-        "transit": {"replicas": 3, "service": {"nodePort": 30401, "websocketNodePort": 30402}},
+        "transit": {"replicas": 3, "scaling": "haproxy",
+                    "service": {"nodePort": 30401, "websocketNodePort": 30402}},
         "relay": {"tls": {"mode": "secret", "secretName": "relay-cert"}, "privateKeySecret": "relay-key",
                   "stunService": {"nodePort": 30478}, "env": {"BURROW_RELAY_MAX_CONNECTIONS": 5000}},
         "image": {"repository": "registry.example.org/burrow", "tag": "1.2.3", "pullPolicy": "Always"},
@@ -48,6 +49,8 @@ VALUE_SETS = {
         "networkPolicy": {"restrictEgress": True,
                           "extraEgress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]},
         "mailbox": {"persistence": {"existingClaim": "mailbox-db"}},
+        "transit": {"replicas": 2, "scaling": "redis",
+                    "redis": {"url": "redis://redis:6379/0", "peerSecretName": "transit-peer"}},
         "commonLabels": {"team": "net"},
         "podAnnotations": {"example.org/owner": "net"},
     },
@@ -105,7 +108,7 @@ def test_validator_catches_a_typo():
 
 def test_workloads_are_hardened_and_probed(rendered):
     _name, _values, docs, _notes = rendered
-    workloads = find(docs, "Deployment") + find(docs, "CronJob")
+    workloads = find(docs, "Deployment") + find(docs, "StatefulSet") + find(docs, "CronJob")
     assert workloads
     for w in workloads:
         spec = pod_spec(w)
@@ -121,7 +124,7 @@ def test_workloads_are_hardened_and_probed(rendered):
             mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
             assert "emptyDir" in volumes[mounts["/tmp"]]
             assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
-            if w["kind"] == "Deployment":
+            if w["kind"] in ("Deployment", "StatefulSet"):
                 ports = {p["name"]: p["containerPort"] for p in c["ports"]}
                 for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
                     assert c[probe]["httpGet"] == {"path": path, "port": "admin"}
@@ -217,6 +220,55 @@ def test_bad_values_are_refused():
         render({"report": {"enabled": True}})
     with pytest.raises(helm.HelmError, match="publicHost"):
         render({"relay": {"tls": {"mode": "certManager"}}})
+
+
+def test_transit_replicas_need_the_haproxy_front_end_or_redis():
+    with pytest.raises(helm.HelmError, match="transit.replicas > 1 needs transit.scaling: haproxy or redis"):
+        render({"transit": {"replicas": 2}})
+    with pytest.raises(helm.HelmError, match="transit.scaling: redis needs transit.redis.url"):
+        render({"transit": {"replicas": 2, "scaling": "redis"}})
+    with helm.Chart.load(CHART) as chart:
+        with pytest.raises(helm.HelmValuesError):
+            chart.validate_schema(chart.merge_values({"transit": {"scaling": "dns"}}))
+
+    docs, _ = render({})  # one replica: a Deployment, no front end
+    assert one(docs, "Deployment", f"{FULL}-transit")["spec"]["replicas"] == 1
+    assert not find(docs, "StatefulSet") and not find(docs, "Deployment", f"{FULL}-transit-haproxy")
+
+    docs, _ = render({"transit": {"replicas": 3, "scaling": "haproxy"}})
+    sts = one(docs, "StatefulSet", f"{FULL}-transit")
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["serviceName"] == f"{FULL}-transit-headless"
+    assert env_of(pod_spec(sts)["containers"][0])["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"
+    headless = one(docs, "Service", f"{FULL}-transit-headless")["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    front = one(docs, "Deployment", f"{FULL}-transit-haproxy")
+    assert front["spec"]["replicas"] == 2
+    public = one(docs, "Service", f"{FULL}-transit")["spec"]
+    assert public["selector"] == front["spec"]["selector"]["matchLabels"]  # clients reach HAProxy
+    assert public["selector"] != sts["spec"]["selector"]["matchLabels"]
+    config = one(docs, "ConfigMap", f"{FULL}-transit-haproxy")["data"]["haproxy.cfg"]
+    for line in ("tcp-request content set-var(txn.token) req.payload(13,64)", "balance hash var(txn.token)",
+                 "hash-type consistent", "send-proxy-v2"):
+        assert line in config
+    for i in range(3):
+        name = f"{FULL}-transit-{i}.{FULL}-transit-headless.burrow.svc.cluster.local"
+        assert f"server transit-{i} {name}:4001" in config and f"server transit-{i} {name}:4002" in config
+    assert "transit-3" not in config
+
+    docs, _ = render(VALUE_SETS["everything-on"])  # scaling: redis
+    transit = one(docs, "Deployment", f"{FULL}-transit")
+    container = pod_spec(transit)["containers"][0]
+    env = env_of(container)
+    assert env["BURROW_TRANSIT_REDIS_URL"] == "redis://redis:6379/0"
+    assert env["BURROW_TRANSIT_ADVERTISE_ADDRESS"] == "$(POD_IP):4003"
+    assert env["BURROW_TRANSIT_PEER_SECRET_FILE"] == "/etc/burrow/peer/peer-secret"
+    assert {"name": "peer", "containerPort": 4003, "protocol": "TCP"} in container["ports"]
+    volumes = {v["name"]: v for v in pod_spec(transit)["volumes"]}
+    assert volumes["peer-secret"]["secret"]["secretName"] == "transit-peer"
+    assert one(docs, "Service", f"{FULL}-transit")["spec"]["selector"] == transit["spec"]["selector"]["matchLabels"]
+    peer_rule = one(docs, "NetworkPolicy", f"{FULL}-transit")["spec"]["ingress"][1]
+    assert peer_rule["ports"] == [{"port": 4003, "protocol": "TCP"}]
+    assert peer_rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "transit"
 
 
 def test_optional_objects():

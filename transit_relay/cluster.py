@@ -1,0 +1,339 @@
+"""Transit replicas that pair across each other: a token registry in Redis and the replica-to-replica hop.
+
+A side that starts waiting on a replica (the core's `Waiting` action) claims its token in Redis:
+`SET burrow:transit:{TOKEN}:waiting <this replica's advertise address> NX PX <pending timeout>`. If the
+claim is already held by another replica, the partner waits there: this replica dials that replica's
+peer port and sends one hop line,
+
+    hop TOKEN SIDE TRANSPORT CLIENT_IP TIME_MS MAC\\n
+
+(SIDE `-` for a legacy handshake; MAC = HMAC-SHA256 under the shared `--peer-secret-file` over the
+rest of the line; lines older than HOP_MAX_AGE are refused). The holder treats the hop as a client
+connection from CLIENT_IP that must pair at once (`Relay.hop_in`): it answers `ok\\n` and relays as for
+any pair, writing the pair's one session line, or `no partner\\n` when its waiting side is gone. On `ok`
+this replica joins its waiting side to the hop (`Relay.hop_out`, a pair that writes no session line) and
+both replicas splice bytes. A hop that fails (`no partner`, refused, unreachable: the holder died) drops
+the stale claim (only if it still names that replica) and claims again, at most CLAIM_ATTEMPTS times;
+after that the side simply waits here. With Redis unreachable every replica pairs on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import logging
+import re
+import socket
+from collections import Counter
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from burrow.common.listen import tcp_listener
+from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+from burrow.transit_relay.interfaces import RelayHost
+from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
+from burrow.transit_relay.tcp import TcpEndpoint
+
+log = logging.getLogger("burrow.transit.cluster")
+CLAIM_ATTEMPTS = 3
+HOP_CONNECT_TIMEOUT = 2.0   # seconds to reach another replica's peer port
+HOP_REPLY_TIMEOUT = 5.0     # seconds for its `ok` / `no partner`
+HOP_LINE_TIMEOUT = 5.0      # seconds an incoming hop may take to send its line
+HOP_MAX_AGE = 30.0          # seconds a hop line stays valid (clocks of the replicas roughly agree)
+MAX_HOP_LINE = 512
+_HOP = re.compile(rb"^hop (\w{64}) (\w{16}|-) (tcp|websocket) (\S{1,64}) (\d{1,16}) ([0-9a-f]{64})$")
+_RELEASE = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"""
+
+
+def hop_line(secret: bytes, handshake: Handshake, transport: str, ip: str, now: float) -> bytes:
+    body = b"hop %s %s %s %s %d" % (handshake.token, handshake.side or b"-", transport.encode(), ip.encode(),
+                                    int(now * 1000))
+    return body + b" " + hmac.new(secret, body, hashlib.sha256).hexdigest().encode() + b"\n"
+
+
+def parse_hop(secret: bytes, line: bytes, now: float) -> tuple[Handshake, str, str] | None:
+    """(handshake, transport, client ip) of a valid, fresh, authentic hop line, else None."""
+    m = _HOP.match(line)
+    if m is None:
+        return None
+    body = line[:m.start(6) - 1]
+    if not hmac.compare_digest(hmac.new(secret, body, hashlib.sha256).hexdigest().encode(), m.group(6)):
+        return None
+    if abs(now - int(m.group(5)) / 1000) > HOP_MAX_AGE:
+        return None
+    side = None if m.group(2) == b"-" else m.group(2)
+    return Handshake(m.group(1), side), m.group(3).decode(), m.group(4).decode()
+
+
+class HopEndpoint(TcpEndpoint):
+    """The hop socket on the arriving side's replica: already past its handshake, it is never sent `ok`."""
+
+    def take_over(self) -> None:
+        pass
+
+
+class Cluster:
+    """One replica's part of the cluster: claims, outgoing hops, and the peer port for incoming ones."""
+
+    def __init__(self, server: RelayHost, registry, node: str) -> None:
+        cfg = server.config
+        self.server = server
+        self.secret = Path(cfg.peer_secret_file).read_bytes().strip()
+        if len(self.secret) < 16:
+            raise ValueError("the peer secret must be at least 16 bytes")
+        self.link = RedisLink(cfg.redis_url, RedisMetrics(registry, "transit", node))
+        self.address = cfg.advertise_address
+        self.ttl_ms = int(cfg.pending_timeout * 1000)
+        self.hops_out: Counter[str] = Counter()  # paired, no_partner, unreachable
+        self.hops_in: Counter[str] = Counter()   # paired, no_partner, refused
+        self.local_only = 0  # sides that waited without a claim (Redis unavailable)
+        self.claimed: set[bytes] = set()  # tokens whose claim names this replica
+        self._lsock: socket.socket | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._start: asyncio.Task | None = None
+        self.peer_port: int | None = None
+        registry.register(_ClusterCollector(self))
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.server.config
+        self._lsock = tcp_listener(cfg.host, cfg.peer_port)
+        self.peer_port = self._lsock.getsockname()[1]
+        if self.address is None:
+            if cfg.host in ("", "::", "0.0.0.0"):
+                raise ValueError("--redis-url with a wildcard --host needs --advertise-address HOST:PORT")
+            self.address = f"{cfg.host}:{self.peer_port}"
+        self.server.loop.add_reader(self._lsock.fileno(), self._accept)
+        self.link.on_health_change(self._redis_changed)
+        self._start = asyncio.create_task(self.link.start(connect_deadline=None))  # serves meanwhile
+
+    async def stop(self) -> None:
+        if self._lsock is not None:
+            self.server.loop.remove_reader(self._lsock.fileno())
+            self._lsock.close()
+            self._lsock = None
+        if self._tasks:  # let the claims of the sides just closed be released (bounded)
+            await asyncio.wait(list(self._tasks), timeout=1.0)
+        for task in [*self._tasks, *([self._start] if self._start else [])]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.link.close()
+
+    def detail(self) -> str:
+        """For /readyz: whether sides on other replicas can be reached."""
+        if self.link.healthy:
+            return "cluster: Redis reachable, pairing across replicas"
+        return f"cluster: Redis unavailable ({self.link.last_error or 'connecting'}), pairing on this replica only"
+
+    # -- the core's Waiting / Unwaited ----------------------------------------------------------
+    def on_action(self, action: Waiting | Unwaited) -> None:
+        if isinstance(action, Waiting):
+            self._spawn_claim(action.conn)
+        else:
+            token = action.conn.handshake.token
+            if token in self.claimed and not self.server.relay.by_token.get(token):  # none waits here now
+                self.claimed.discard(token)
+                task = asyncio.ensure_future(self._release(token, self.address))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    def _spawn_claim(self, conn: Conn) -> None:
+        task = asyncio.ensure_future(self._claim(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _redis_changed(self, healthy: bool) -> None:
+        """Redis is back (or reached for the first time): register the sides that waited unregistered."""
+        if healthy:
+            for conn in list(self.server.relay.pending.values()):
+                if conn.handshake.token not in self.claimed:
+                    self._spawn_claim(conn)
+
+    def _key(self, token: bytes) -> str:
+        return key("transit", token.decode(), "waiting")
+
+    async def _claim(self, conn: Conn) -> None:
+        token = conn.handshake.token
+        for _ in range(CLAIM_ATTEMPTS):
+            if conn.phase is not Phase.PENDING:
+                return
+            if not self.link.healthy:
+                self.local_only += 1
+                return
+            try:  # one round trip: claim if free, else learn the holder (SET NX GET, Redis >= 7)
+                holder = await self.link.timed(self.link.client.set(
+                    self._key(token), self.address, nx=True, px=self.ttl_ms, get=True))
+            except UNAVAILABLE:
+                self.local_only += 1
+                return
+            if holder is None:
+                self.claimed.add(token)  # the claim is ours: sides arriving elsewhere hop here
+                return
+            holder = holder.decode() if isinstance(holder, bytes) else holder
+            if holder == self.address:
+                self.claimed.add(token)  # another side of this token waits here (same side: redundant)
+                return
+            if await self._hop(conn, holder):
+                return
+            await self._release(token, holder)  # the holder's side is gone (or the holder is): drop its claim
+
+    async def _release(self, token: bytes, holder: str) -> None:
+        with contextlib.suppress(*UNAVAILABLE):
+            await self.link.timed(self.link.client.eval(_RELEASE, 1, self._key(token), holder))
+
+    # -- outgoing hop ---------------------------------------------------------------------------
+    async def _hop(self, conn: Conn, holder: str) -> bool:
+        """Join `conn` to its partner on `holder`; False if that side (or replica) is not there."""
+        server, loop = self.server, self.server.loop
+        line = hop_line(self.secret, conn.handshake, conn.transport, conn.ip, server.clock())
+        try:
+            family, address = await _resolve(loop, holder)
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except (OSError, ValueError):
+            self.hops_out["unreachable"] += 1
+            return False
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, address), HOP_CONNECT_TIMEOUT)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_sendall(sock, line)
+            reply = await asyncio.wait_for(_read_line(loop, sock), HOP_REPLY_TIMEOUT)
+        except (TimeoutError, OSError) as exc:
+            log.info("hop to %s failed: %s", holder, exc)
+            sock.close()
+            self.hops_out["unreachable"] += 1
+            return False
+        if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
+            sock.close()
+            self.hops_out["refused"] += 1
+            if conn.phase is Phase.PENDING:
+                server.dispatch(server.relay.protocol_error(conn, server.clock()))
+            return True
+        if reply != OK:
+            sock.close()
+            self.hops_out["no_partner"] += 1
+            return False
+        if conn.phase is not Phase.PENDING:  # our side left meanwhile: end the far pair too
+            sock.close()
+            self.hops_out["abandoned"] += 1
+            return True
+        self.hops_out["paired"] += 1
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        endpoint = HopEndpoint(server, sock, conn)  # its conn is replaced by the hop's own below
+        actions = server.relay.hop_out(conn, endpoint, server.clock())
+        endpoint.conn = conn.pair.first
+        server.dispatch(actions)
+        return True
+
+    # -- incoming hops ----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                sock, _addr = self._lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("peer accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = asyncio.ensure_future(self._hop_in(sock))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _hop_in(self, sock: socket.socket) -> None:
+        server = self.server
+        try:
+            line = await asyncio.wait_for(_read_line(server.loop, sock), HOP_LINE_TIMEOUT)
+        except (TimeoutError, OSError):
+            line = b""
+        parsed = parse_hop(self.secret, line.rstrip(b"\n"), server.clock()) if line else None
+        if parsed is None:
+            self.hops_in["refused"] += 1
+            with contextlib.suppress(OSError):
+                sock.send(b"error: bad hop\n")
+            sock.close()
+            return
+        handshake, transport, ip = parsed
+        now = server.clock()
+        conn = server.relay.open(ip, transport, now)
+        if isinstance(conn, str):
+            self.hops_in["refused"] += 1
+            with contextlib.suppress(OSError):
+                sock.send(refusal_line(conn))
+            sock.close()
+            return
+        endpoint = TcpEndpoint(server, sock, conn)
+        conn.handle = endpoint
+        actions = server.relay.hop_in(conn, handshake, now)
+        self.hops_in["paired" if conn.phase is Phase.PAIRED else "no_partner"] += 1
+        server.dispatch(actions)
+
+
+async def _resolve(loop: asyncio.AbstractEventLoop, holder: str) -> tuple[int, tuple]:
+    """(family, sockaddr) of an advertise address HOST:PORT; IP literals skip the resolver's thread."""
+    host, _, port = holder.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        info = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        return info[0][0], info[0][4]
+    return (socket.AF_INET6, (host, int(port))) if ip.version == 6 else (socket.AF_INET, (host, int(port)))
+
+
+async def _read_line(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    """Bytes up to and including the first newline; nothing after it is taken (relayed bytes may follow)."""
+    line = bytearray()
+    while len(line) < MAX_HOP_LINE:
+        try:
+            data = sock.recv(MAX_HOP_LINE, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            readable = loop.create_future()
+            loop.add_reader(sock.fileno(), readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        if not data:
+            break
+        end = data.find(b"\n")
+        line += sock.recv(end + 1 if end >= 0 else len(data))
+        if end >= 0:
+            break
+    return bytes(line)
+
+
+class _ClusterCollector(Collector):
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def collect(self):
+        c = self.cluster
+        out = CounterMetricFamily("burrow_transit_cluster_hops_out", "hops this replica opened to join a "
+                                  "side waiting on another (paired, no_partner, unreachable, refused, abandoned)",
+                                  labels=["result"])
+        for result in ("paired", "no_partner", "unreachable", "refused", "abandoned"):
+            out.add_metric([result], c.hops_out.get(result, 0))
+        yield out
+        hin = CounterMetricFamily("burrow_transit_cluster_hops_in", "hops other replicas opened to this "
+                                  "one (paired, no_partner, refused)", labels=["result"])
+        for result in ("paired", "no_partner", "refused"):
+            hin.add_metric([result], c.hops_in.get(result, 0))
+        yield hin
+        yield CounterMetricFamily("burrow_transit_cluster_local_only", "sides that waited unregistered "
+                                  "because Redis was unavailable (pairing on this replica only)",
+                                  value=c.local_only)
+        yield GaugeMetricFamily("burrow_transit_cluster_redis_reachable", "1 while Redis answers (pairing "
+                                "across replicas), 0 while this replica pairs on its own",
+                                value=1 if c.link.healthy else 0)
+        yield CounterMetricFamily("burrow_transit_cluster_hop_bytes", "payload bytes this replica moved "
+                                  "for pairs whose session the other replica records",
+                                  value=c.server.relay.hop_bytes_finished)
