@@ -56,26 +56,71 @@ def _convert(kind: type, raw: str, where: str) -> Any:
         raise ConfigError(f"{where}: expected {kind.__name__}, got {raw!r}") from exc
 
 
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds"}
+
+
+def burrow_version() -> str:
+    """The installed package's version (read only when asked: it costs an import at start-up)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("burrow")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `PROG: error: WHAT (see PROG --help)` and exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class VersionAction(argparse.Action):
+    """`--version`: print `PROG VERSION` and exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "print the version and exit") -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog} {burrow_version()}")
+        parser.exit()
+
+
+def default_text(default: Any, unit: str | None = None) -> str:
+    """How --help shows a default: `default: 60 seconds`, `default: on`, `default: none`."""
+    if isinstance(default, bool):
+        return "default: " + ("on" if default else "off")
+    if default is None:
+        return "default: none" + (f"; unit: {_UNIT_WORDS.get(unit, unit)}" if unit else "")
+    if isinstance(default, str):
+        return f"default: {default!r}" if default == "" or default.strip() != default else f"default: {default}"
+    if isinstance(default, float) and default.is_integer():
+        default = int(default)
+    unit_word = _UNIT_WORDS.get(unit, unit) if unit else ""
+    return f"default: {default}" + (f" {unit_word}" if unit_word else "")
+
+
 def build_parser(cls: type, service: str, description: str = "") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=f"burrow-{service}",
-        description=description or cls.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = Parser(prog=f"burrow-{service}", description=description or cls.__doc__)
+    parser.add_argument("--version", action=VersionAction)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind, _optional = _base_type(hints[f.name])
-        unit = f.metadata.get("unit")
         text = f.metadata.get("help", "")
-        text += f" [{unit}]" if unit else ""
-        text += f" (env {env_name(service, f.name)})"
+        # one default, with its unit; a help text that already explains its default keeps only that
+        shown = [f"env {env_name(service, f.name)}"]
+        if "default" not in text:
+            shown.append(default_text(f.default, f.metadata.get("unit")))
+        text = f"{text} ({'; '.join(shown)})".replace("%", "%%")
         flag = "--" + f.name.replace("_", "-")
         if kind is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=None, help=text)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(),
-                                help=text + f" default: {f.default!r}")
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
     return parser
 
 
@@ -101,7 +146,10 @@ def load_config(cls: type[T], service: str, argv: Sequence[str] | None = None,
         elif isinstance(raw, bool):
             values[f.name] = raw
         else:
-            values[f.name] = _convert(kind, raw, where)
+            try:
+                values[f.name] = _convert(kind, raw, where)
+            except ConfigError as exc:
+                parser.error(str(exc))  # one line on stderr, exit status 2
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import struct
 import sys
 from collections.abc import Callable
@@ -161,10 +160,11 @@ async def run(args, *, on_code: Callable[[str], None] | None = None,
               on_ready: Callable[[list[int]], None] | None = None, stop: asyncio.Event | None = None) -> int:
     """The whole `burrow forward` session; returns the exit code. Runs until `stop` is set (or forever)."""
     from burrow.client.dilation.aio import dilate
+    from burrow.client.options import ssl_context
     from burrow.client.wormhole import Wormhole
 
     w = Wormhole(args.relay_url, transit_helper=args.transit_helper, dilation=True,
-                 app_versions={"forward": {"v": 1}})
+                 app_versions={"forward": {"v": 1}}, ssl_context=ssl_context(args))
     await w.open()
     try:
         if args.code:
@@ -196,10 +196,11 @@ async def run(args, *, on_code: Callable[[str], None] | None = None,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="burrow forward", description=__doc__.split("\n\n")[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--relay-url", default=os.environ.get("BURROW_RELAY_URL", "ws://127.0.0.1:4000/v1"))
-    ap.add_argument("--transit-helper", default=os.environ.get("BURROW_TRANSIT_HELPER", "tcp:127.0.0.1:4001"))
+    from burrow.client.options import ClientParser, add_server_options
+
+    ap = ClientParser(prog="burrow forward", description=__doc__.split("\n\n")[1],
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_options(ap)
     ap.add_argument("--code", help="join this code instead of allocating one")
     ap.add_argument("--no-listen", action="store_true", help="no direct listener: relay only")
     ap.add_argument("--local", action="append", default=[],
@@ -210,8 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from burrow.client.errors import WormholeError
+    from burrow.client.options import explain
+
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(run(args))
     except KeyboardInterrupt:
         return 130
+    except (WormholeError, OSError, ValueError) as e:
+        print(f"burrow forward: error: {explain(e)}", file=sys.stderr, flush=True)
+        return 1

@@ -179,6 +179,9 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
     except TransferRejected:
         _send(w, {"error": "transfer rejected"})
         raise
+    except OSError as e:  # cannot create the target's folder: tell the sender rather than leave it waiting
+        _send(w, {"error": f"transfer rejected: the receiver cannot write there ({e.strerror or e})"})
+        raise
     _send(w, {"answer": {"file_ack": "ok"}})
     pipe = await transit.connect()
     opts.on_connected(pipe.description)

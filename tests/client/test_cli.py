@@ -15,12 +15,17 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_defaults_from_environment(monkeypatch):
-    monkeypatch.setenv("BURROW_RELAY_URL", "ws://example:1/v1")
+    monkeypatch.setenv("BURROW_RELAY_URL", "ws://example:1/v1")  # the older names still work
     monkeypatch.setenv("BURROW_TRANSIT_HELPER", "tcp:example:2")
     args = cli.build_parser().parse_args(["send", "--text", "x"])
     assert args.relay_url == "ws://example:1/v1" and args.transit_helper == "tcp:example:2"
-    monkeypatch.delenv("BURROW_RELAY_URL")
-    monkeypatch.delenv("BURROW_TRANSIT_HELPER")
+    monkeypatch.setenv("BURROW_CLIENT_MAILBOX_URL", "wss://example:3/v1")  # and the new ones come first
+    monkeypatch.setenv("BURROW_CLIENT_TRANSIT_HELPER", "tcp:example:4")
+    args = cli.build_parser().parse_args(["send", "--text", "x"])
+    assert args.relay_url == "wss://example:3/v1" and args.transit_helper == "tcp:example:4"
+    for name in ("BURROW_RELAY_URL", "BURROW_TRANSIT_HELPER", "BURROW_CLIENT_MAILBOX_URL",
+                 "BURROW_CLIENT_TRANSIT_HELPER"):
+        monkeypatch.delenv(name)
     args = cli.build_parser().parse_args(["receive", "--accept-file", "-o", "out", "1-a-b"])
     assert args.relay_url == cli.DEFAULT_RELAY_URL and args.transit_helper == cli.DEFAULT_TRANSIT_HELPER
     assert args.code == "1-a-b" and str(args.output_file) == "out"
@@ -101,7 +106,7 @@ def test_cli_usage_errors(tmp_path):
     assert p.returncode == 2
     p = _burrow("send", "--relay-url", "ws://127.0.0.1:1/v1", "--text", "x")
     _, err = p.communicate(timeout=30)
-    assert p.returncode == 4 and "ERROR" in err
+    assert p.returncode == 4 and "error" in err
 
 
 def test_cli_send_dilated_many_files(wormhole_servers, tmp_path):

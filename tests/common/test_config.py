@@ -27,15 +27,32 @@ def test_environment_then_flags_take_precedence():
     assert (cfg.port, cfg.verbose) == (6000, False)
 
 
-def test_bad_values_are_reported_with_their_source():
-    with pytest.raises(ValueError, match="BURROW_DEMO_PORT"):
-        load_config(DemoConfig, "demo", [], environ={"BURROW_DEMO_PORT": "many"})
-    with pytest.raises(ValueError, match="--timeout"):
-        load_config(DemoConfig, "demo", ["--timeout", "soon"], environ={})
+@pytest.mark.parametrize("argv,environ,named", [
+    ([], {"BURROW_DEMO_PORT": "many"}, "BURROW_DEMO_PORT: expected int, got 'many'"),
+    (["--timeout", "soon"], {}, "--timeout: expected float, got 'soon'"),
+    ([], {"BURROW_DEMO_VERBOSE": "maybe"}, "BURROW_DEMO_VERBOSE: expected a boolean"),
+    (["--bogus"], {}, "unrecognized arguments: --bogus"),
+])
+def test_bad_values_are_one_line_naming_their_source(capsys, argv, environ, named):
+    with pytest.raises(SystemExit) as exit_:
+        load_config(DemoConfig, "demo", argv, environ=environ)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("burrow-demo: error: ") and named in err, err
 
 
-def test_help_names_env_variables_and_units(capsys):
+def test_help_shows_each_default_once_with_its_unit(capsys):
     with pytest.raises(SystemExit):
         load_config(DemoConfig, "demo", ["--help"], environ={})
-    out = capsys.readouterr().out
-    assert "BURROW_DEMO_TIMEOUT" in out and "[seconds]" in out
+    out = " ".join(capsys.readouterr().out.split()).partition("options:")[2]  # argparse wraps lines
+    assert "BURROW_DEMO_TIMEOUT; default: 2.5 seconds)" in out
+    assert "(env BURROW_DEMO_PORT; default: 4000)" in out
+    assert "(env BURROW_DEMO_VERBOSE; default: off)" in out
+    assert "(env BURROW_DEMO_EVENT_LOG; default: none)" in out
+    assert "None" not in out and out.count("default") == 5
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_config(DemoConfig, "demo", ["--version"], environ={})
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("burrow-demo ")
