@@ -28,6 +28,7 @@ from .heap import retain_freed_memory
 from .options import DEFAULT_RELAY_URL as DEFAULT_RELAY_URL  # noqa: F401 - re-exported
 from .options import DEFAULT_TRANSIT_HELPER as DEFAULT_TRANSIT_HELPER  # noqa: F401
 from .options import ClientParser, VersionAction, add_server_options, explain, ssl_context
+from .prompt import ask_yes
 from .wormhole import APPID, Wormhole
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_WRONG_CODE, EXIT_SERVER = 0, 1, 2, 3, 4
@@ -110,12 +111,14 @@ def _on_welcome(relay_url: str):
     return cb
 
 
-async def _ask_yes(prompt: str) -> bool:
+async def _ask_peer(w: Wormhole, prompt: str) -> bool:
+    """Ask on the terminal; on Ctrl-C tell the sender at once, as a rejection, then stop."""
     try:
-        answer = await asyncio.to_thread(input, prompt)
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
+        return await ask_yes(prompt)
+    except asyncio.CancelledError:
+        _say("")
+        w.send_message(b'{"error": "transfer rejected: the receiver was interrupted (Ctrl-C)"}')
+        raise
 
 
 async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> str:
@@ -180,7 +183,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
              f"burrow receive{' --verify' if args.verify else ''} {code}\n")
         verifier = await w.get_verifier()
         if args.verify:
-            if not await _ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
+            if not await ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
                 w.send_message(b'{"error": "sender rejected verification check, abandoned transfer"}')
                 raise errors.TransferRejected("verification rejected, abandoned transfer")
         if text is not None:
@@ -223,7 +226,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                 if args.accept_file:
                     return True
                 kind = "directory" if is_dir else "file"
-                return await _ask_yes(f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
+                return await _ask_peer(w, f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
 
             from burrow.client.apps.dilated_transfer_cli import receive_dilated
 
@@ -236,10 +239,10 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                 _say(f"{dest} already exists.")
                 if args.accept_file or not sys.stdin.isatty():
                     return False
-                return await _ask_yes(f"Overwrite {dest} with the {what}? (y/N) ")
+                return await _ask_peer(w, f"Overwrite {dest} with the {what}? (y/N) ")
             if args.accept_file:
                 return True
-            return await _ask_yes(f"Receive {what} into {dest}? (y/N) ")
+            return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
                               on_connected=lambda d: _say(f"Receiving ({d})..."))
