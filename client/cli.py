@@ -27,7 +27,7 @@ from . import codes, errors
 from .heap import retain_freed_memory
 from .options import DEFAULT_RELAY_URL as DEFAULT_RELAY_URL  # noqa: F401 - re-exported
 from .options import DEFAULT_TRANSIT_HELPER as DEFAULT_TRANSIT_HELPER  # noqa: F401
-from .options import ClientParser, VersionAction, add_server_options, explain, ssl_context
+from .options import ClientParser, VersionAction, add_server_options, explain, peer_command, ssl_context
 from .prompt import ask_yes
 from .wormhole import APPID, Wormhole
 
@@ -180,7 +180,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
         if path is not None:  # load transit beside the code exchange, which mostly waits on the network
             warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
-             f"burrow receive{' --verify' if args.verify else ''} {code}\n")
+             f"{peer_command(args, 'receive', *(['--verify'] if args.verify else []), code)}\n")
         verifier = await w.get_verifier()
         if args.verify:
             if not await ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
@@ -193,12 +193,14 @@ async def cmd_send(args: argparse.Namespace) -> int:
             assert path is not None
             await warming
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
-            bar = ProgressBar(enabled=not args.hide_progress)
+            bar = ProgressBar(enabled=False if args.hide_progress else None)
             confirmed = []
-            desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
-                                   on_connected=lambda d: _say(f"Sending ({d})..."),
-                                   on_acknowledged=confirmed.append)
-            bar.finish()
+            try:
+                desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
+                                       on_connected=lambda d: _say(f"Sending ({d})..."),
+                                       on_acknowledged=confirmed.append)
+            finally:
+                bar.finish()
             digest = f"; the receiver wrote SHA-256 {confirmed[0]}" if confirmed and confirmed[0] else ""
             _say(f"Transfer complete ({desc}){digest}.")
         await w.close()
@@ -231,7 +233,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
             from burrow.client.apps.dilated_transfer_cli import receive_dilated
 
             return await receive_dilated(w, args, confirm_dilated)
-        bar = ProgressBar(enabled=not args.hide_progress)
+        bar = ProgressBar(enabled=False if args.hide_progress else None)
 
         async def confirm(offer: Offer, dest: Path, exists: bool) -> bool:
             what = f"{offer.kind} {offer.name!r} ({human(offer.size)})"
@@ -246,8 +248,10 @@ async def cmd_receive(args: argparse.Namespace) -> int:
 
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
                               on_connected=lambda d: _say(f"Receiving ({d})..."))
-        got: Received = await receive(w, opts)
-        bar.finish()
+        try:
+            got: Received = await receive(w, opts)
+        finally:
+            bar.finish()
         if got.offer.kind == "text":
             print(text_of(got), flush=True)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import ssl
 import sys
 from collections.abc import Mapping
@@ -81,12 +82,27 @@ def add_server_options(p: argparse.ArgumentParser, environ: Mapping[str, str] | 
     p.add_argument("--version", action=VersionAction)
 
 
+def peer_command(args: argparse.Namespace, command: str, *extra: str) -> str:
+    """The command the other computer runs: `burrow receive [--relay-url U] [--transit-helper H] ... CODE`.
+
+    The servers are named whenever they differ from the built-in defaults, so the line works on a
+    computer whose environment says nothing about them.
+    """
+    words = ["burrow", command]
+    if args.relay_url != DEFAULT_RELAY_URL:
+        words += ["--relay-url", args.relay_url]
+    if args.transit_helper != DEFAULT_TRANSIT_HELPER:
+        words += ["--transit-helper", args.transit_helper]
+    return " ".join(shlex.quote(w) for w in [*words, *extra])
+
+
 def ssl_context(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The TLS context for a wss:// mailbox (None for ws:// or the defaults)."""
-    if not args.relay_url.startswith("wss:") or not (args.ca_file or args.insecure):
+    ca_file, insecure = getattr(args, "ca_file", None), getattr(args, "insecure", False)
+    if not args.relay_url.startswith("wss:") or not (ca_file or insecure):
         return None
-    ctx = ssl.create_default_context(cafile=args.ca_file)
-    if args.insecure:
+    ctx = ssl.create_default_context(cafile=ca_file)
+    if insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     return ctx

@@ -15,29 +15,32 @@ from pathlib import Path
 
 from burrow.client.apps.dilated_transfer import Report, receive_on, send_on
 from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
+from burrow.client.options import peer_command, ssl_context
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _status(s) -> None:
-    if s.state in ("connected", "reconnecting"):
-        _say(f"dilation {s.state}{' via ' + s.path if s.path else ''} (generation {s.generation})")
+def say_status(s) -> None:
+    """A Dilation status change, as a user reads it (connections, not the state machine's names)."""
+    if s.state == "connected":
+        _say(f"Connected{' (' + s.path + ')' if s.path else ''}")
+    elif s.state == "reconnecting":
+        _say("Connection lost; reconnecting...")
 
 
-def _progress(enabled: bool, total: int) -> Callable[[int], None] | None:
-    if not enabled:
-        return None
-    from burrow.client.apps.progress import ProgressBar
+class _Progress:
+    """Adds up the bytes Dilated File-Transfer reports and draws them (only on a terminal)."""
 
-    bar, done = ProgressBar(), [0]
+    def __init__(self, enabled: bool, total: int) -> None:
+        from burrow.client.apps.progress import ProgressBar
 
-    def step(n: int) -> None:
-        done[0] += n
-        bar(done[0], total)
+        self.bar, self.total, self.done = ProgressBar(enabled=None if enabled else False), total, 0
 
-    return step
+    def __call__(self, n: int) -> None:
+        self.done += n
+        self.bar(self.done, self.total)
 
 
 def _summary(report: Report, verb: str) -> None:
@@ -56,7 +59,8 @@ async def cmd_send_dilated(args) -> int:
         return 2
     total = sum(p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
                 for p in paths)
-    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, **SENDER_WORMHOLE_KWARGS)
+    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, ssl_context=ssl_context(args),
+                 **SENDER_WORMHOLE_KWARGS)
     await w.open()
     try:
         if args.code:
@@ -64,9 +68,13 @@ async def cmd_send_dilated(args) -> int:
         else:
             w.allocate_code(args.code_length)
         code = await w.get_code()
-        _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\nburrow receive {code}\n")
-        report = await send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
-                               progress=_progress(not args.hide_progress, total), on_status=_status)
+        _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n{peer_command(args, 'receive', code)}\n")
+        progress = _Progress(not args.hide_progress, total)
+        try:
+            report = await send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
+                                   progress=progress if progress.bar.enabled else None, on_status=say_status)
+        finally:
+            progress.bar.finish()
         _summary(report, "Sent")
         await w.close()
         return 5 if report.rejected else 0
@@ -84,7 +92,7 @@ async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable
         async def confirm(name: str, size: int, is_dir: bool) -> bool:
             return True
     report = await receive_on(w, out, accept=confirm, listen=not args.no_listen,
-                              on_status=_status,
+                              on_status=say_status,
                               on_text=lambda t: _say(f"peer says: {t}"))
     _summary(report, "Received")
     return 5 if report.rejected else 0

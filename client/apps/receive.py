@@ -215,6 +215,7 @@ async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress) -> str:
 
     done = 0
     pending = None
+    progress(0, size)  # the first byte: the bar's rate is timed from here
     with ThreadPoolExecutor(1, thread_name_prefix="burrow-write") as ex:
         try:
             while done < size:

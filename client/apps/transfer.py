@@ -207,6 +207,7 @@ async def _stream_out(pipe: RecordPipe, source: Path, size: int, progress: Progr
             return pipe.seal(view)
 
         done, i = 0, 0
+        progress(0, size)  # the first byte: the bar's rate is timed from here
         nxt = loop.run_in_executor(ex, produce, 0, min(RECORD_SIZE, size)) if size else None
         while nxt is not None:
             frame = await nxt
