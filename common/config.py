@@ -3,6 +3,8 @@
 A field is declared with `setting(default, help, unit=...)`. `load_config(Cls, "mailbox", argv)`
 builds an argparse parser whose flags are the field names (`max_message_bytes` -> `--max-message-bytes`);
 each flag also reads `BURROW_MAILBOX_MAX_MESSAGE_BYTES`. Precedence: flag > environment > default.
+Conventions every server shares: durations in seconds, a port is turned off with `off`, a rate and its
+burst are `--THING-rate` and `--THING-burst`.
 """
 
 from __future__ import annotations
@@ -24,9 +26,21 @@ class ConfigError(ValueError):
     """A flag or environment variable has a value we cannot use."""
 
 
-def setting(default: Any, help: str, unit: str | None = None) -> Any:
-    """Declare a config field with its help text and unit (shown in --help)."""
-    return dataclasses.field(default=default, metadata={"help": help, "unit": unit})
+def setting(default: Any, help: str, unit: str | None = None, *, off: Any = None, name: str | None = None,
+            aliases: Sequence[str] = ()) -> Any:
+    """Declare a config field with its help text and unit (shown in --help).
+
+    `off`: for a port, the value that turns it off; the flag and env variable then also accept the word
+    `off` (the one way to say it on every server). `name`: the public flag/env name when it differs from
+    the field's; `aliases`: older public names, still accepted (not shown in --help).
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "unit": unit, "off": off, "name": name,
+                                                         "aliases": tuple(aliases)})
+
+
+def public_name(f: dataclasses.Field) -> str:
+    """The name a field has on the command line (`--public-name`) and in the environment."""
+    return f.metadata.get("name") or f.name
 
 
 def env_name(service: str, field_name: str) -> str:
@@ -89,8 +103,10 @@ class VersionAction(argparse.Action):
         parser.exit()
 
 
-def default_text(default: Any, unit: str | None = None) -> str:
+def default_text(default: Any, unit: str | None = None, off: Any = None) -> str:
     """How --help shows a default: `default: 60 seconds`, `default: on`, `default: none`."""
+    if off is not None and default == off:
+        return "default: off"
     if isinstance(default, bool):
         return "default: " + ("on" if default else "off")
     if default is None:
@@ -110,17 +126,22 @@ def build_parser(cls: type, service: str, description: str = "") -> argparse.Arg
     for f in dataclasses.fields(cls):
         kind, _optional = _base_type(hints[f.name])
         text = f.metadata.get("help", "")
+        off = f.metadata.get("off")
+        if off is not None:
+            text += "; off turns it off"
         # one default, with its unit; a help text that already explains its default keeps only that
-        shown = [f"env {env_name(service, f.name)}"]
+        shown = [f"env {env_name(service, public_name(f))}"]
         if "default" not in text:
-            shown.append(default_text(f.default, f.metadata.get("unit")))
+            shown.append(default_text(f.default, f.metadata.get("unit"), off))
         text = f"{text} ({'; '.join(shown)})".replace("%", "%%")
-        flag = "--" + f.name.replace("_", "-")
+        flag = "--" + public_name(f).replace("_", "-")
         if kind is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=None, help=text)
         else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=text)
+            parser.add_argument(flag, dest=f.name, default=None, metavar=public_name(f).upper(), help=text)
+            for old in f.metadata.get("aliases", ()):
+                parser.add_argument("--" + old.replace("_", "-"), dest=f.name, default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -135,13 +156,17 @@ def load_config(cls: type[T], service: str, argv: Sequence[str] | None = None,
     for f in dataclasses.fields(cls):
         kind, optional = _base_type(hints[f.name])
         raw = getattr(args, f.name)
-        where = "--" + f.name.replace("_", "-")
-        if raw is None and env_name(service, f.name) in environ:
-            raw = environ[env_name(service, f.name)]
-            where = env_name(service, f.name)
+        where = "--" + public_name(f).replace("_", "-")
+        for name in (public_name(f), *f.metadata.get("aliases", ())):  # the current name first
+            if raw is None and env_name(service, name) in environ:
+                raw = environ[env_name(service, name)]
+                where = env_name(service, name)
         if raw is None:
             continue
-        if isinstance(raw, str) and optional and raw == "" and kind is not str:
+        off = f.metadata.get("off")
+        if isinstance(raw, str) and off is not None and raw.strip().lower() == "off":
+            values[f.name] = off
+        elif isinstance(raw, str) and optional and raw == "" and kind is not str:
             values[f.name] = None
         elif isinstance(raw, bool):
             values[f.name] = raw

@@ -96,6 +96,20 @@ def test_relay_names_the_tls_files_and_the_allow_list_it_cannot_read(tmp_path):
     assert f"cannot use {tmp_path / 'allow.txt'}: No such file" in one_line_error(done, "burrow-relay")
 
 
+def test_every_server_takes_off_for_its_optional_ports(tmp_path):
+    from harness.processes import burrow
+
+    for module, args, pattern in [
+        ("transit_relay", ["--port", "0", "--websocket-port", "off", "--admin-port", "off"],
+         r"transit relay on tcp \S+ websocket None admin None"),
+        ("mailbox_server", ["--port", "0", "--admin-port", "off", "--db", ":memory:"], r"admin port None"),
+        ("packet_relay", ["--https-port", "off", "--http-port", "0", "--stun-port", "off", "--admin-port", "0"],
+         r"relay up: https off http off stun off"),
+    ]:
+        with burrow(module, "--host", "127.0.0.1", *args, cwd=tmp_path) as server:
+            server.wait_line(pattern)
+
+
 def test_mailbox_names_the_event_log_it_cannot_open(tmp_path):
     (tmp_path / "a-file").write_text("")
     done = run("mailbox_server", "--host", "127.0.0.1", "--port", "0", "--admin-port", "-1", "--db", ":memory:",
