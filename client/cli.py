@@ -111,14 +111,22 @@ def _on_welcome(relay_url: str):
     return cb
 
 
+_asking: set[Wormhole] = set()  # wormholes whose user is being asked (y/N) right now
+
+
 async def _ask_peer(w: Wormhole, prompt: str) -> bool:
-    """Ask on the terminal; on Ctrl-C tell the sender at once, as a rejection, then stop."""
-    try:
-        return await ask_yes(prompt)
-    except asyncio.CancelledError:
+    """Ask on the terminal; Ctrl-C meanwhile is reported to the sender (see cmd_receive)."""
+    _asking.add(w)
+    answer = await ask_yes(prompt)  # when Ctrl-C cancels this, w stays in _asking for cmd_receive to see
+    _asking.discard(w)
+    return answer
+
+
+def _interrupted_at_question(w: Wormhole) -> None:
+    """Ctrl-C while the user was being asked: tell the sender at once, as a rejection."""
+    if w in _asking:
         _say("")
         w.send_message(b'{"error": "transfer rejected: the receiver was interrupted (Ctrl-C)"}')
-        raise
 
 
 async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> str:
@@ -258,6 +266,9 @@ async def cmd_receive(args: argparse.Namespace) -> int:
             _say(f"Received {got.offer.kind} written to {got.path} (sha256 {got.sha256})")
         await w.close()
         return EXIT_OK
+    except asyncio.CancelledError:  # Ctrl-C; the question may be asked in a Dilation task, not in this one
+        _interrupted_at_question(w)
+        raise
     finally:
         await _close_quietly(w)
 

@@ -9,12 +9,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from burrow.client.apps.dilated_transfer import Report, receive_on, send_on
 from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
+from burrow.client.errors import TransferError
 from burrow.client.options import peer_command, ssl_context
 
 
@@ -70,10 +73,19 @@ async def cmd_send_dilated(args) -> int:
         code = await w.get_code()
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n{peer_command(args, 'receive', code)}\n")
         progress = _Progress(not args.hide_progress, total)
+        sending = asyncio.ensure_future(
+            send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
+                    progress=progress if progress.bar.enabled else None, on_status=say_status))
+        watching = asyncio.ensure_future(_peer_error(w))
         try:
-            report = await send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
-                                   progress=progress if progress.bar.enabled else None, on_status=say_status)
+            await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
+            if not sending.done() and watching.result() is not None:  # the receiver gave up (Ctrl-C...)
+                sending.cancel()
+                raise TransferError(f"remote error: {watching.result()}")
+            report = await sending
         finally:
+            watching.cancel()
+            sending.cancel()
             progress.bar.finish()
         _summary(report, "Sent")
         await w.close()
@@ -83,6 +95,19 @@ async def cmd_send_dilated(args) -> int:
             await w.close()
         except Exception:
             pass
+
+
+async def _peer_error(w) -> str | None:
+    """The peer's `{"error": ...}` mailbox message (a receiver stopped at its question), or None."""
+    from burrow.client.errors import WormholeError
+
+    while True:
+        try:
+            msg = json.loads(await w.get_message())
+        except (WormholeError, ValueError):
+            return None
+        if isinstance(msg, dict) and "error" in msg:
+            return str(msg["error"])
 
 
 async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable[bool]] | None = None) -> int:

@@ -52,11 +52,13 @@ def test_a_listening_side_still_takes_the_peers_connection_after_its_own_dials_f
     assert (tmp_path / "got").read_bytes() == data
 
 
-def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole_servers, tmp_path):
+@pytest.mark.parametrize("dilated", [False, True], ids=["classic", "dilated"])
+def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole_servers, tmp_path, dilated):
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
               "--hide-progress"]
     (tmp_path / "payload").write_bytes(os.urandom(10_000))
-    s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4502-purple-sausages")
+    s = burrow("send", *common, *(["--dilated"] if dilated else []), str(tmp_path / "payload"),
+               "--code", "4502-purple-sausages")
     controller, terminal = pty.openpty()  # the receiver asks on a terminal, as a person runs it
     try:
         r = burrow("receive", *common, "-o", str(tmp_path / "got"), "4502-purple-sausages", stdin=terminal,
@@ -75,4 +77,4 @@ def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole
     assert r.returncode == 130 and "Traceback" not in rest, rest
     assert s.returncode == 5, serr
     assert "the receiver was interrupted" in serr.strip().splitlines()[-1], serr
-    assert not (tmp_path / "got").exists()
+    assert not (tmp_path / "got").is_file() and not (tmp_path / "got" / "payload").exists()  # (dilated: a folder)
