@@ -31,6 +31,15 @@ def test_defaults_from_environment(monkeypatch):
     assert args.code == "1-a-b" and str(args.output_file) == "out"
 
 
+def test_messaging_discovery_url_from_environment(monkeypatch):
+    from burrow.client.messaging.cli import build_parser
+
+    monkeypatch.setenv("BURROW_DISCOVERY_URL", "http://old:1")  # the older name still works
+    assert build_parser().parse_args(["listen", "--key-file", "k"]).discovery == "http://old:1"
+    monkeypatch.setenv("BURROW_CLIENT_DISCOVERY_URL", "http://new:2")  # the client's own name comes first
+    assert build_parser().parse_args(["listen", "--key-file", "k"]).discovery == "http://new:2"
+
+
 @pytest.mark.parametrize("exc,code", [
     (errors.WrongCodeError(), 3), (errors.ServerConnectionError("x"), 4), (errors.ServerError("crowded"), 4),
     (errors.WelcomeError("x"), 4), (errors.TransferRejected("x"), 5), (errors.TransferError("remote error: "

@@ -19,6 +19,7 @@ SERVERS = [
                                          "--admin-port", "-1"]),
     ("packet_relay", "burrow-relay", ["--host", "127.0.0.1", "--http-port", "{port}", "--https-port", "-1",
                                       "--stun-port", "0", "--admin-port", "0"]),
+    ("discovery", "burrow-discovery", ["--host", "127.0.0.1", "--port", "{port}", "--admin-port", "0"]),
 ]
 IDS = [s[1] for s in SERVERS]
 
@@ -50,7 +51,8 @@ def test_port_in_use_is_one_line_and_exit_1(module, prog, args, tmp_path):
 
 @pytest.mark.parametrize("module,prog,args", SERVERS, ids=IDS)
 def test_bad_flag_and_env_values_are_one_line_and_exit_2(module, prog, args, tmp_path):
-    env_prefix = {"burrow-mailbox": "MAILBOX", "burrow-transit": "TRANSIT", "burrow-relay": "RELAY"}[prog]
+    env_prefix = {"burrow-mailbox": "MAILBOX", "burrow-transit": "TRANSIT", "burrow-relay": "RELAY",
+                  "burrow-discovery": "DISCOVERY"}[prog]
     done = run(module, "--admin-port", "nine", cwd=tmp_path)
     assert done.returncode == 2 and "--admin-port: expected int, got 'nine'" in one_line_error(done, prog)
     env = {"PATH": "/usr/bin:/bin", f"BURROW_{env_prefix}_VERBOSE": "perhaps"}
@@ -76,8 +78,13 @@ def test_version_and_help_show_each_default_once(module, prog, args):
         assert text.count("default") == 1, text  # every option shows its default, once
         assert "None" not in text and "(default: None)" not in text, text
     joined = " ".join(done.stdout.split())
-    if prog != "burrow-relay":  # every service has a duration; the relay's are all in seconds too
-        assert re.search(r"default: \d+ seconds\)", joined), joined
+    assert re.search(r"default: \d+ seconds\)", joined), joined  # durations in seconds, said so
+
+
+def test_the_report_answers_version_too():
+    done = subprocess.run([sys.executable, "-m", "burrow.spark", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and re.fullmatch(r"burrow-report \d+\.\d+\.\d+\S*\n", done.stdout)
 
 
 def test_relay_names_the_tls_files_and_the_allow_list_it_cannot_read(tmp_path):
