@@ -28,7 +28,7 @@ from .heap import retain_freed_memory
 from .options import DEFAULT_RELAY_URL as DEFAULT_RELAY_URL  # noqa: F401 - re-exported
 from .options import DEFAULT_TRANSIT_HELPER as DEFAULT_TRANSIT_HELPER  # noqa: F401
 from .options import ClientParser, VersionAction, add_server_options, explain, peer_command, ssl_context
-from .prompt import ask_yes
+from .prompt import ask_yes, input_line
 from .wormhole import APPID, Wormhole
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_WRONG_CODE, EXIT_SERVER = 0, 1, 2, 3, 4
@@ -154,7 +154,10 @@ async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> st
             readline.parse_and_bind("tab: complete")
         except ImportError:
             pass
-    code = await asyncio.to_thread(input, "Enter receive wormhole code: ")
+    try:
+        code = await input_line("Enter receive wormhole code: ")
+    except EOFError:
+        raise errors.CodeFormatError("no code was entered") from None
     return code.strip()
 
 

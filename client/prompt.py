@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 
 
 async def read_line(prompt: str) -> str | None:
@@ -41,6 +42,35 @@ async def read_line(prompt: str) -> str | None:
         return await got
     finally:
         loop.remove_reader(fd)
+
+
+async def input_line(prompt: str) -> str:
+    """`input(prompt)` (with readline's line editing and completion) that Ctrl-C does not wait for.
+
+    It runs in a daemon thread of its own, not the loop's executor: asyncio.run() joins the executor's
+    threads on exit, which would keep the program alive until someone pressed Enter.
+    """
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[str] = loop.create_future()
+
+    def settle(result: str | None, error: BaseException | None) -> None:
+        if got.done():
+            return
+        if error is not None:
+            got.set_exception(error)
+        else:
+            got.set_result(result or "")
+
+    def run() -> None:
+        try:
+            line = input(prompt)
+        except BaseException as e:  # noqa: BLE001 - EOFError and friends go to the waiting task
+            loop.call_soon_threadsafe(settle, None, e)
+        else:
+            loop.call_soon_threadsafe(settle, line, None)
+
+    threading.Thread(target=run, name="burrow-input", daemon=True).start()
+    return await got
 
 
 async def ask_yes(prompt: str) -> bool:

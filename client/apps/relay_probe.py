@@ -19,7 +19,7 @@ import time
 from urllib.parse import urlsplit
 
 from burrow.client.derp.client import DerpClient
-from burrow.client.options import CERT_FIX, ClientParser
+from burrow.client.options import CERT_FIX, ClientParser, VersionAction
 
 try:  # the relay's own STUN codec (wire/stun.py)
     from burrow.wire.stun import build_binding_request, parse_binding_response
@@ -27,9 +27,16 @@ except ImportError:  # pragma: no cover - only when the STUN module is absent
     build_binding_request = parse_binding_response = None
 
 
+def _relay_url(text: str) -> str:
+    if urlsplit(text).scheme not in ("https", "http") or not urlsplit(text).hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an https:// or http:// URL")
+    return text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = ClientParser(prog="burrow relay-probe", description=__doc__.splitlines()[0])
-    p.add_argument("url", help="relay URL, e.g. https://relay.example.com:8443")
+    p.add_argument("url", type=_relay_url, help="relay URL, e.g. https://relay.example.com:8443")
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("--ca-file", help="trust this CA (or self-signed) certificate file (default: the system's CAs)")
     p.add_argument("--insecure", action="store_true", help="skip certificate verification (testing only; "
                                                                "default: off)")
@@ -135,7 +142,10 @@ async def probe(args: argparse.Namespace, out=sys.stdout) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return asyncio.run(probe(args))
+    try:
+        return asyncio.run(probe(args))
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

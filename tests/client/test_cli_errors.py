@@ -51,6 +51,11 @@ def test_bad_flags_and_env_values_exit_2(args, env, named):
     assert rc == 2 and named in one_line(err, prog)
 
 
+def test_relay_probe_bad_url_is_one_line():
+    rc, _, err = finish(burrow("relay-probe", "relay.example.com"))
+    assert rc == 2 and "'relay.example.com' is not an https:// or http:// URL" in one_line(err, "burrow relay-probe")
+
+
 def test_missing_file_exits_2(tmp_path):
     rc, _, err = finish(burrow("send", "--relay-url", "ws://127.0.0.1:1/v1", str(tmp_path / "missing")))
     assert rc == 2 and f"{tmp_path / 'missing'} does not exist" in one_line(err, "burrow send")

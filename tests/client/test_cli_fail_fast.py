@@ -52,6 +52,25 @@ def test_a_listening_side_still_takes_the_peers_connection_after_its_own_dials_f
     assert (tmp_path / "got").read_bytes() == data
 
 
+def test_ctrl_c_at_the_code_prompt_stops_at_once_and_no_code_is_one_line(wormhole_servers):
+    controller, terminal = pty.openpty()
+    try:
+        r = burrow("receive", "--relay-url", wormhole_servers.relay_url, stdin=terminal, stdout=terminal)
+        seen = ""
+        deadline = time.monotonic() + BOUND
+        while "Enter receive wormhole code:" not in seen and time.monotonic() < deadline:
+            seen += os.read(controller, 4096).decode()
+        r.send_signal(signal.SIGINT)
+        _, err = r.communicate(timeout=BOUND)  # nobody presses Enter: it must stop by itself
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert r.returncode == 130 and "Traceback" not in err, err
+    r = burrow("receive", "--relay-url", wormhole_servers.relay_url, stdin=subprocess.DEVNULL)
+    _, err = r.communicate(timeout=BOUND)
+    assert r.returncode == 2 and err.strip().splitlines()[-1] == "burrow receive: error: no code was entered", err
+
+
 @pytest.mark.parametrize("dilated", [False, True], ids=["classic", "dilated"])
 def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole_servers, tmp_path, dilated):
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
