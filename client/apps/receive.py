@@ -33,6 +33,7 @@ from burrow.client.apps.transfer import (
     _noop,
     _recv,
     _send,
+    connect_unless_peer_gives_up,
 )
 from burrow.client.errors import TransferError, TransferRejected
 from burrow.client.wormhole import Wormhole
@@ -183,7 +184,7 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
         _send(w, {"error": f"transfer rejected: the receiver cannot write there ({e.strerror or e})"})
         raise
     _send(w, {"answer": {"file_ack": "ok"}})
-    pipe = await transit.connect()
+    pipe = await connect_unless_peer_gives_up(w, transit)
     opts.on_connected(pipe.description)
     fd, tmpname = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".burrow-part", dir=dest.parent)
     tmp = Path(tmpname)

@@ -3,8 +3,10 @@
 import os
 import pty
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -13,6 +15,7 @@ from harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 BOUND = 60  # seconds: well under the 120 s the transit race may take when something could still answer
+WELL_UNDER_NEGOTIATION = 40  # seconds: less than the 60 s a relay connection may wait for its partner
 
 
 def burrow(*args: str, **kw) -> subprocess.Popen:
@@ -32,9 +35,46 @@ def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, t
     assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
     for err, side in ((rerr, "receive"), (serr, "send")):
         last = err.strip().splitlines()[-1]
-        assert last.startswith(f"burrow {side}: error: no transit path works: tried relay 127.0.0.1:"), err
+        # its own finding, or the peer's when that came first ("remote error: the receiver found no ...")
+        assert last.startswith(f"burrow {side}: error: ") and "no transit path works: tried relay 127.0.0.1:" in last, err
         assert "connection refused" in last.lower() and "Traceback" not in err
     assert not (tmp_path / "got").exists()
+
+
+def test_a_side_waiting_at_the_relay_hears_when_the_other_side_gives_up(wormhole_servers, tmp_path):
+    # a "relay" that keeps the first connection waiting forever and closes every later one: one side waits
+    # there, the other fails at once and must tell it, not leave it waiting out the 60 s negotiation
+    relay = socket.socket()
+    relay.bind(("127.0.0.1", 0))
+    relay.listen()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = relay.accept()
+            except OSError:
+                return
+            if held:
+                conn.close()
+            else:
+                held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper",
+              f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    try:
+        s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4503-purple-sausages")
+        r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4503-purple-sausages")
+        _, rerr = r.communicate(timeout=WELL_UNDER_NEGOTIATION)
+        _, serr = s.communicate(timeout=WELL_UNDER_NEGOTIATION)
+    finally:
+        relay.close()
+        for conn in held:
+            conn.close()
+    assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
+    assert "found no transit path" in rerr + serr and "Traceback" not in rerr + serr
 
 
 def test_a_listening_side_still_takes_the_peers_connection_after_its_own_dials_failed(wormhole_servers, tmp_path):
