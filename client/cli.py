@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ClientParser)
     s = sub.add_parser("send", parents=[common], help="send text, a file or a directory")
     s.add_argument("what", nargs="*", help="file or directory to send (several with --dilated)")
-    s.add_argument("--text", help="send this text message ('-' reads stdin)")
+    s.add_argument("--text", help="send this text message ('-' reads stdin; default: send a FILE/DIR)")
     s.add_argument("--code", help="use this code instead of allocating one (default: a new code)")
     s.add_argument("--code-length", type=int, default=codes.DEFAULT_CODE_LENGTH,
                    help=f"words in the code (default: {codes.DEFAULT_CODE_LENGTH})")

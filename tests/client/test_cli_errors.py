@@ -1,6 +1,7 @@
 """`burrow` as a user meets its mistakes: each is one line on stderr and a non-zero exit, never a traceback."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -80,6 +81,18 @@ def test_version_on_every_command_and_help_without_source_paths():
         assert rc == 0 and out.startswith("burrow ") and not err, (command, out, err)
     rc, out, _ = finish(burrow("--help"))
     assert rc == 0 and ".py" not in out and "client/" not in out
+
+
+@pytest.mark.parametrize("command", [["send"], ["receive"], ["forward"], ["relay-probe"], ["messaging", "listen"],
+                                     ["messaging", "send"]], ids=" ".join)
+def test_every_client_option_shows_its_default(command):
+    rc, out, _ = finish(burrow(*command, "--help"))
+    assert rc == 0
+    options = re.split(r"\n  (?=-)", out.partition("options:")[2])[1:]
+    for text in (" ".join(o.split()) for o in options):
+        if text.startswith(("-h", "--version", "--key-file")):  # --key-file is required: no default
+            continue
+        assert text.count("default") == 1, text
 
 
 @pytest.fixture
