@@ -83,6 +83,19 @@ def test_version_on_every_command_and_help_without_source_paths():
     assert rc == 0 and ".py" not in out and "client/" not in out
 
 
+def test_relay_probe_untrusted_certificate_names_the_fix(tmp_path):
+    from harness.processes import burrow as server
+
+    with server("packet_relay", "--dev-tls", "--tls-dir", str(tmp_path / "tls"), "--host", "127.0.0.1",
+                "--https-port", "0", "--stun-port", "off", "--admin-port", "0", cwd=tmp_path) as relay:
+        port = relay.wait_line(r"relay up: https (\d+)")[1]
+        rc, out, _ = finish(burrow("relay-probe", f"https://127.0.0.1:{port}", "--stun-port", "0", "--no-iroh"))
+        assert rc == 1 and "FAIL handshake" in out and "--ca-file" in out and "--insecure" in out, out
+        rc, out, _ = finish(burrow("relay-probe", f"https://127.0.0.1:{port}", "--stun-port", "0", "--no-iroh",
+                                   "--ca-file", str(tmp_path / "tls" / "relay.crt")))
+        assert rc == 0 and "ok   handshake" in out, out
+
+
 @pytest.mark.parametrize("command", [["send"], ["receive"], ["forward"], ["relay-probe"], ["messaging", "listen"],
                                      ["messaging", "send"]], ids=" ".join)
 def test_every_client_option_shows_its_default(command):
