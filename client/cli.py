@@ -58,7 +58,7 @@ def exit_code_for(e: BaseException) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = ClientParser(prog="burrow", add_help=False)
     add_server_options(common)
     common.add_argument("--appid", default=APPID, help=f"application id (default: {APPID})")
     common.add_argument("--hide-progress", action="store_true", help="no progress bar (default: off)")

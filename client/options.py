@@ -41,11 +41,30 @@ class VersionAction(argparse.Action):
 
 
 def from_env(names: tuple[str, ...], default: str, environ: Mapping[str, str] | None = None) -> str:
+    return _env_source(names, environ)[0] or default
+
+
+def _env_source(names: tuple[str, ...], environ: Mapping[str, str] | None) -> tuple[str | None, str | None]:
+    """(value, variable name) of the first of `names` set in the environment, else (None, None)."""
     environ = os.environ if environ is None else environ
     for name in names:
         if environ.get(name):
-            return environ[name]
-    return default
+            return environ[name], name
+    return None, None
+
+
+def _naming_env(check, names: tuple[str, ...], environ: Mapping[str, str] | None):
+    """An argparse type that says which environment variable a bad value came from."""
+    value, name = _env_source(names, environ)
+
+    def checked(text: str) -> str:
+        try:
+            return check(text)
+        except argparse.ArgumentTypeError as e:
+            if name is not None and text == value:
+                raise argparse.ArgumentTypeError(f"{e} (from {name})") from None
+            raise
+    return checked
 
 
 def mailbox_url(text: str) -> str:
@@ -67,10 +86,10 @@ def transit_hint(text: str) -> str:
 
 def add_server_options(p: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
     """--relay-url, --transit-helper, --ca-file, --insecure, --version."""
-    p.add_argument("--relay-url", metavar="URL", type=mailbox_url,
+    p.add_argument("--relay-url", metavar="URL", type=_naming_env(mailbox_url, MAILBOX_ENV, environ),
                    default=from_env(MAILBOX_ENV, DEFAULT_RELAY_URL, environ),
                    help=f"mailbox WebSocket URL (env {MAILBOX_ENV[0]}; default: {DEFAULT_RELAY_URL})")
-    p.add_argument("--transit-helper", metavar="tcp:HOST:PORT", type=transit_hint,
+    p.add_argument("--transit-helper", metavar="tcp:HOST:PORT", type=_naming_env(transit_hint, TRANSIT_ENV, environ),
                    default=from_env(TRANSIT_ENV, DEFAULT_TRANSIT_HELPER, environ),
                    help=f"transit relay, used when no direct connection works (env {TRANSIT_ENV[0]}; "
                         f"default: {DEFAULT_TRANSIT_HELPER})")

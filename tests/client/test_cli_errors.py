@@ -42,7 +42,9 @@ def test_mailbox_unreachable_says_so_and_exits_4():
 @pytest.mark.parametrize("args,env,named", [
     (["--relay-url", "http://x/v1"], {}, "'http://x/v1' is not a ws:// or wss:// URL"),
     (["--transit-helper", "relay.example:4001"], {}, "'relay.example:4001' is not tcp:HOST:PORT"),
-    ([], {"BURROW_CLIENT_TRANSIT_HELPER": "tcp:host:notaport"}, "'tcp:host:notaport' is not tcp:HOST:PORT"),
+    ([], {"BURROW_CLIENT_TRANSIT_HELPER": "tcp:host:notaport"},
+     "'tcp:host:notaport' is not tcp:HOST:PORT (from BURROW_CLIENT_TRANSIT_HELPER)"),
+    ([], {"BURROW_RELAY_URL": "relay.example"}, "'relay.example' is not a ws:// or wss:// URL (from BURROW_RELAY_URL)"),
     (["--code-length", "two"], {}, "--code-length: invalid int value"),
     (["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
 ])
