@@ -20,6 +20,8 @@ from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
 from burrow.client.errors import TransferError
 from burrow.client.options import peer_command, ssl_context
 
+PEER_REASON_WAIT = 2.0  # seconds a failed send waits for the receiver's reason (its mailbox error)
+
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -79,8 +81,11 @@ async def cmd_send_dilated(args) -> int:
         watching = asyncio.ensure_future(_peer_error(w))
         try:
             await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
-            if not sending.done() and watching.result() is not None:  # the receiver gave up (Ctrl-C...)
-                sending.cancel()
+            if sending.done() and sending.exception() is not None and not watching.done():
+                # the receiver's stop can end our subchannels before its reason arrives by the mailbox
+                await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
+            if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
+                sending.cancel()  # the receiver gave up (Ctrl-C...): its reason, not our broken subchannel
                 raise TransferError(f"remote error: {watching.result()}")
             report = await sending
         finally:
