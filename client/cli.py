@@ -25,10 +25,11 @@ from burrow.client.apps.transfer import Offer, prepare_transit, send_path, send_
 
 from . import codes, errors
 from .heap import retain_freed_memory
+from .options import DEFAULT_RELAY_URL as DEFAULT_RELAY_URL  # noqa: F401 - re-exported
+from .options import DEFAULT_TRANSIT_HELPER as DEFAULT_TRANSIT_HELPER  # noqa: F401
+from .options import ClientParser, VersionAction, add_server_options, explain, peer_command, ssl_context
+from .prompt import ask_yes, input_line
 from .wormhole import APPID, Wormhole
-
-DEFAULT_RELAY_URL = "ws://127.0.0.1:4000/v1"
-DEFAULT_TRANSIT_HELPER = "tcp:127.0.0.1:4001"
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_WRONG_CODE, EXIT_SERVER = 0, 1, 2, 3, 4
 EXIT_REJECTED, EXIT_PEER, EXIT_TRANSIT, EXIT_INTERRUPTED = 5, 6, 7, 130
@@ -57,38 +58,50 @@ def exit_code_for(e: BaseException) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--relay-url", default=os.environ.get("BURROW_RELAY_URL", DEFAULT_RELAY_URL),
-                        help="mailbox WebSocket URL (env BURROW_RELAY_URL; default %(default)s)")
-    common.add_argument("--transit-helper", default=os.environ.get("BURROW_TRANSIT_HELPER", DEFAULT_TRANSIT_HELPER),
-                        help="transit relay tcp:HOST:PORT (env BURROW_TRANSIT_HELPER; default %(default)s)")
-    common.add_argument("--appid", default=APPID, help="application id (default %(default)s)")
-    common.add_argument("--hide-progress", action="store_true", help="no progress bar")
+    common = ClientParser(prog="burrow", add_help=False)
+    add_server_options(common)
+    common.add_argument("--appid", default=APPID, help=f"application id (default: {APPID})")
+    common.add_argument("--hide-progress", action="store_true", help="no progress bar (default: off)")
     common.add_argument("--no-listen", action="store_true",
-                        help="do not listen for direct connections (the peer dials us or we use the relay)")
-    common.add_argument("--verify", action="store_true", help="show the verifier (sender: ask before sending)")
-    p = argparse.ArgumentParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")
-    sub = p.add_subparsers(dest="command", required=True)
+                        help="do not listen for direct connections: the peer dials us or we use the transit "
+                             "relay (default: off)")
+    common.add_argument("--verify", action="store_true",
+                        help="show the verifier (sender: ask before sending; default: off)")
+    p = ClientParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")
+    p.add_argument("--version", action=VersionAction)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ClientParser)
     s = sub.add_parser("send", parents=[common], help="send text, a file or a directory")
     s.add_argument("what", nargs="*", help="file or directory to send (several with --dilated)")
-    s.add_argument("--text", help="send this text message ('-' reads stdin)")
-    s.add_argument("--code", help="use this code instead of allocating one")
-    s.add_argument("--code-length", type=int, default=codes.DEFAULT_CODE_LENGTH, help="words in the code")
+    s.add_argument("--text", help="send this text message ('-' reads stdin; default: send a FILE/DIR)")
+    s.add_argument("--code", help="use this code instead of allocating one (default: a new code)")
+    s.add_argument("--code-length", type=int, default=codes.DEFAULT_CODE_LENGTH,
+                   help=f"words in the code (default: {codes.DEFAULT_CODE_LENGTH})")
     s.add_argument("--dilated", action="store_true",
-                   help="use Dilated File-Transfer: many files over parallel subchannels, resumable")
-    s.add_argument("--parallel", type=int, default=8, help="subchannels used with --dilated")
+                   help="use Dilated File-Transfer: many files over parallel subchannels, resumable "
+                        "(default: off)")
+    s.add_argument("--parallel", type=int, default=8, help="subchannels used with --dilated (default: 8)")
     r = sub.add_parser("receive", aliases=["recv"], parents=[common], help="receive with a code")
     r.add_argument("code", nargs="?", help="the code (asked interactively, with tab completion, if absent)")
-    r.add_argument("--accept-file", action="store_true", help="accept without asking (never overwrites)")
-    r.add_argument("--output-file", "-o", type=Path, help="where to write the file or directory")
-    sub.add_parser("relay-probe", help="probe a DERP relay (client/apps/relay_probe.py)", add_help=False)
-    sub.add_parser("forward", help="forward ports over Dilation (client/dilation)", add_help=False)
-    sub.add_parser("messaging", help="seed 003 messaging: listen / send (client/messaging)", add_help=False)
+    r.add_argument("--accept-file", action="store_true",
+                   help="accept without asking; never overwrites (default: off)")
+    r.add_argument("--output-file", "-o", type=Path,
+                   help="where to write the file or directory (default: its name, in this directory)")
+    sub.add_parser("relay-probe", help="check a DERP/iroh relay end to end (burrow relay-probe --help)",
+                   add_help=False)
+    sub.add_parser("forward", help="forward TCP ports to or from another computer (burrow forward --help)",
+                   add_help=False)
+    sub.add_parser("messaging", help="peer-to-peer messages: listen / send (burrow messaging --help)",
+                   add_help=False)
     return p
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _wormhole(args: argparse.Namespace, **kwargs) -> Wormhole:
+    return Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
+                    on_welcome=_on_welcome(args.relay_url), ssl_context=ssl_context(args), **kwargs)
 
 
 def _on_welcome(relay_url: str):
@@ -98,12 +111,22 @@ def _on_welcome(relay_url: str):
     return cb
 
 
-async def _ask_yes(prompt: str) -> bool:
-    try:
-        answer = await asyncio.to_thread(input, prompt)
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
+_asking: set[Wormhole] = set()  # wormholes whose user is being asked (y/N) right now
+
+
+async def _ask_peer(w: Wormhole, prompt: str) -> bool:
+    """Ask on the terminal; Ctrl-C meanwhile is reported to the sender (see cmd_receive)."""
+    _asking.add(w)
+    answer = await ask_yes(prompt)  # when Ctrl-C cancels this, w stays in _asking for cmd_receive to see
+    _asking.discard(w)
+    return answer
+
+
+def _interrupted_at_question(w: Wormhole) -> None:
+    """Ctrl-C while the user was being asked: tell the sender at once, as a rejection."""
+    if w in _asking:
+        _say("")
+        w.send_message(b'{"error": "transfer rejected: the receiver was interrupted (Ctrl-C)"}')
 
 
 async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> str:
@@ -131,7 +154,10 @@ async def _read_code(w: Wormhole, length: int = codes.DEFAULT_CODE_LENGTH) -> st
             readline.parse_and_bind("tab: complete")
         except ImportError:
             pass
-    code = await asyncio.to_thread(input, "Enter receive wormhole code: ")
+    try:
+        code = await input_line("Enter receive wormhole code: ")
+    except EOFError:
+        raise errors.CodeFormatError("no code was entered") from None
     return code.strip()
 
 
@@ -149,10 +175,12 @@ async def cmd_send(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     path = Path(args.what[0]) if args.what else None
     if path is not None and not path.exists():
-        _say(f"burrow send: {path} does not exist")
+        _say(f"burrow send: error: {path} does not exist")
         return EXIT_USAGE
-    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
-                 on_welcome=_on_welcome(args.relay_url))
+    if path is not None and not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        _say(f"burrow send: error: {path} is not readable")
+        return EXIT_USAGE
+    w = _wormhole(args)
     await w.open()
     try:
         if args.code:
@@ -163,10 +191,10 @@ async def cmd_send(args: argparse.Namespace) -> int:
         if path is not None:  # load transit beside the code exchange, which mostly waits on the network
             warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
-             f"burrow receive{' --verify' if args.verify else ''} {code}\n")
+             f"{peer_command(args, 'receive', *(['--verify'] if args.verify else []), code)}\n")
         verifier = await w.get_verifier()
         if args.verify:
-            if not await _ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
+            if not await ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
                 w.send_message(b'{"error": "sender rejected verification check, abandoned transfer"}')
                 raise errors.TransferRejected("verification rejected, abandoned transfer")
         if text is not None:
@@ -176,12 +204,14 @@ async def cmd_send(args: argparse.Namespace) -> int:
             assert path is not None
             await warming
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
-            bar = ProgressBar(enabled=not args.hide_progress)
+            bar = ProgressBar(enabled=False if args.hide_progress else None)
             confirmed = []
-            desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
-                                   on_connected=lambda d: _say(f"Sending ({d})..."),
-                                   on_acknowledged=confirmed.append)
-            bar.finish()
+            try:
+                desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
+                                       on_connected=lambda d: _say(f"Sending ({d})..."),
+                                       on_acknowledged=confirmed.append)
+            finally:
+                bar.finish()
             digest = f"; the receiver wrote SHA-256 {confirmed[0]}" if confirmed and confirmed[0] else ""
             _say(f"Transfer complete ({desc}){digest}.")
         await w.close()
@@ -194,8 +224,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
     from burrow.client.apps.transfer_versions import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
-    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
-                 on_welcome=_on_welcome(args.relay_url), **RECEIVER_WORMHOLE_KWARGS)
+    w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
     await w.open()
     try:
         code = args.code or await _read_code(w)
@@ -210,12 +239,12 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                 if args.accept_file:
                     return True
                 kind = "directory" if is_dir else "file"
-                return await _ask_yes(f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
+                return await _ask_peer(w, f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
 
             from burrow.client.apps.dilated_transfer_cli import receive_dilated
 
             return await receive_dilated(w, args, confirm_dilated)
-        bar = ProgressBar(enabled=not args.hide_progress)
+        bar = ProgressBar(enabled=False if args.hide_progress else None)
 
         async def confirm(offer: Offer, dest: Path, exists: bool) -> bool:
             what = f"{offer.kind} {offer.name!r} ({human(offer.size)})"
@@ -223,21 +252,26 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                 _say(f"{dest} already exists.")
                 if args.accept_file or not sys.stdin.isatty():
                     return False
-                return await _ask_yes(f"Overwrite {dest} with the {what}? (y/N) ")
+                return await _ask_peer(w, f"Overwrite {dest} with the {what}? (y/N) ")
             if args.accept_file:
                 return True
-            return await _ask_yes(f"Receive {what} into {dest}? (y/N) ")
+            return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
                               on_connected=lambda d: _say(f"Receiving ({d})..."))
-        got: Received = await receive(w, opts)
-        bar.finish()
+        try:
+            got: Received = await receive(w, opts)
+        finally:
+            bar.finish()
         if got.offer.kind == "text":
             print(text_of(got), flush=True)
         else:
             _say(f"Received {got.offer.kind} written to {got.path} (sha256 {got.sha256})")
         await w.close()
         return EXIT_OK
+    except asyncio.CancelledError:  # Ctrl-C; the question may be asked in a Dilation task, not in this one
+        _interrupted_at_question(w)
+        raise
     finally:
         await _close_quietly(w)
 
@@ -250,10 +284,19 @@ async def _close_quietly(w: Wormhole) -> None:
 
 
 def _hook(module: str, argv: list[str]) -> int:
+    if "--version" in argv:  # every subcommand answers --version, also those with their own parser
+        print(f"burrow {_version()}")
+        return EXIT_OK
     if importlib.util.find_spec(module) is None:
         _say(f"burrow: {module} is not installed in this build")
         return EXIT_USAGE
     return int(importlib.import_module(module).main(argv) or 0)
+
+
+def _version() -> str:
+    from .version import __version__
+
+    return __version__
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -276,9 +319,13 @@ def main(argv: list[str] | None = None) -> None:
         _say("interrupted")
         rc = EXIT_INTERRUPTED
     except errors.WormholeError as e:
-        _say(f"ERROR: {e}")
+        _say(f"burrow {args.command}: error: {explain(e)}")
         rc = exit_code_for(e)
+    except OSError as e:  # a file we cannot read or write, a full disk...
+        _say(f"burrow {args.command}: error: {explain(e)}")
+        rc = EXIT_FAIL
     sys.exit(rc)
+
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 from collections.abc import Callable
 
 import websockets
@@ -60,8 +61,10 @@ class Wormhole:
     def __init__(self, relay_url: str, appid: str = APPID, *, transit_helper: str | None = None,
                  app_versions: dict | None = None, versions_extra: dict | None = None,
                  on_dilate_message: Callable[[str, bytes], None] | None = None,
-                 on_welcome: Callable[[dict], None] | None = None, dilation: bool = False):
+                 on_welcome: Callable[[dict], None] | None = None, dilation: bool = False,
+                 ssl_context: ssl.SSLContext | None = None):
         self.relay_url = relay_url
+        self._ssl = ssl_context  # for a wss:// mailbox; None: the system's CAs
         self.appid = appid
         self.transit_helper = transit_helper
         offer = {}
@@ -210,11 +213,14 @@ class Wormhole:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
                     ws = await websockets.connect(self.relay_url, max_size=MAX_MESSAGE_SIZE,
                                                   ping_interval=30, ping_timeout=60,
-                                                  open_timeout=CONNECT_TIMEOUT)
+                                                  open_timeout=CONNECT_TIMEOUT,
+                                                  **({"ssl": self._ssl} if self._ssl is not None else {}))
             except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as e:
                 if not self._first_f.done():
-                    self._first_f.set_exception(ServerConnectionError(f"{self.relay_url}: {e}"))
-                    self._fail_all(ServerConnectionError(f"{self.relay_url}: {e}"))
+                    error = ServerConnectionError(unreachable(self.relay_url, e))
+                    error.__cause__ = e
+                    self._first_f.set_exception(error)
+                    self._fail_all(error)
                     return
                 attempt += 1
                 await self._sleep(min(1.5 ** attempt, 60.0) + random.random())
@@ -319,6 +325,16 @@ class Wormhole:
         from .dilation.aio import dilate
 
         return await dilate(self, **kwargs)
+
+
+def unreachable(url: str, e: BaseException) -> str:
+    """Why the first connection to the mailbox failed, in one line."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"the mailbox at {url} has a certificate that is not trusted ({e.verify_message})"
+    reason = str(e).removeprefix(f"[Errno {getattr(e, 'errno', '')}] ")
+    if not reason:
+        reason = f"no answer within {CONNECT_TIMEOUT:g} s" if isinstance(e, TimeoutError) else type(e).__name__
+    return f"cannot reach the mailbox at {url}; is it running? ({reason})"
 
 
 def _set(f: asyncio.Future, value) -> None:

@@ -42,9 +42,10 @@ def _listen(family: int, address: tuple, backlog: int, dual_stack: bool = False)
         sock.bind(address)
         sock.listen(backlog)
         sock.setblocking(False)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        where = f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6 else f"{address[0]}:{address[1]}"
+        raise OSError(exc.errno, f"cannot listen on {where}: {(exc.strerror or str(exc)).lower()}") from exc
     return sock
 
 

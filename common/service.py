@@ -1,5 +1,8 @@
 """Start-up and shutdown shared by the servers' `__main__` modules.
 
+`startup_errors(prog)` turns what an operator can fix (port in use, unreadable file, bad value) into one
+line on stderr and exit status 1 instead of a traceback.
+
 `run_until_signalled(start, stop)` runs `start()`, waits for SIGINT or SIGTERM, then runs `stop()`
 (which drains gracefully: e.g. the packet relay sends Restarting to every client first).
 """
@@ -7,10 +10,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
+import re
 import resource
 import signal
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Iterator
 
 
 def raise_nofile_limit(wanted: int = 65536) -> int:
@@ -53,3 +60,34 @@ async def run_until_signalled(start: Callable[[], Awaitable[None]],
         await stopping.wait()
     finally:
         await stop()
+
+
+def explain(exc: BaseException) -> str:
+    """One line an operator can act on, for an error raised while a server starts."""
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        text = re.sub(r"error while attempting to bind on address \('([^']*)', (\d+)[^)]*\)",
+                      lambda m: f"cannot listen on {m[1]}:{m[2]}", _strip_errno(exc))
+        return f"{text} (another process has this port; choose another)"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"cannot use {exc.filename}: {exc.strerror or exc}"
+    return _strip_errno(exc) or type(exc).__name__
+
+
+def _strip_errno(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, OSError) and exc.errno is not None and text.startswith(f"[Errno {exc.errno}] "):
+        text = text[len(f"[Errno {exc.errno}] "):]
+    return text
+
+
+@contextlib.contextmanager
+def startup_errors(prog: str) -> Iterator[None]:
+    """Run a server's main body; an OSError or ValueError ends it with `PROG: error: ...` and status 1."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        pass
+    except (OSError, ValueError) as exc:
+        logging.getLogger(prog).debug("start-up failed", exc_info=True)
+        print(f"{prog}: error: {explain(exc)}", file=sys.stderr, flush=True)
+        sys.exit(1)

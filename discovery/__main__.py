@@ -7,7 +7,7 @@ import logging
 import sys
 
 from burrow.common.config import describe, load_config
-from burrow.common.service import run_until_signalled, setup_logging
+from burrow.common.service import run_until_signalled, setup_logging, startup_errors
 
 from .config import DiscoveryConfig
 from .server import DiscoveryServer
@@ -19,11 +19,9 @@ def main(argv: list[str] | None = None) -> None:
     config = load_config(DiscoveryConfig, "discovery", sys.argv[1:] if argv is None else argv)
     setup_logging(config.verbose)
     log.debug("configuration:\n%s", describe(config))
-    server = DiscoveryServer(config)
-    try:
+    with startup_errors("burrow-discovery"):
+        server = DiscoveryServer(config)
         asyncio.run(run_until_signalled(server.start, server.stop))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from burrow.common.config import describe, load_config
-from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging, startup_errors
 
 from .config import MailboxConfig
 from .server import MailboxServer
@@ -29,10 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(config.verbose)
     logging.getLogger("mailbox_server").debug("configuration:\n%s", describe(config))
     raise_nofile_limit()
-    try:
+    with startup_errors("burrow-mailbox"):
         asyncio.run(_run(config))
-    except KeyboardInterrupt:
-        pass
     sys.exit(0)
 
 

@@ -32,7 +32,7 @@ class MailboxConfig:
                                          "(close code 1012), and exit once they are gone or after this", "s")
     event_log: str | None = setting(None, "append JSON-lines usage events to this file")
     admin_host: str = setting("127.0.0.1", "address of the metrics/health HTTP server")
-    admin_port: int = setting(9400, "port of /metrics /healthz /readyz (0 = pick one, -1 = off)")
+    admin_port: int = setting(9400, "port of /metrics /healthz /readyz (0 = any free port)", off=-1)
     node_name: str | None = setting(None, "node name in the event log (default: host name)")
     stats_interval: float = setting(60.0, "period of the `stats` event log line", "s")
     blur_usage: float | None = setting(None, "round event-log times down to this many seconds and byte "
@@ -49,8 +49,10 @@ class MailboxConfig:
     max_mailboxes: int = setting(100_000, "mailboxes the whole server holds before refusing new ones")
     max_connections: int = setting(20_000, "open WebSocket connections in total (0 = no limit)")
     max_connections_per_ip: int = setting(200, "open connections from one client address (0 = no limit)")
-    messages_per_second: float = setting(100.0, "sustained messages per connection (0 = no limit)", "1/s")
-    burst_messages: float = setting(500.0, "burst allowance of the per-connection message rate")
+    messages_per_second: float = setting(100.0, "sustained messages per connection (0 = no limit)", "messages/s",
+                                         name="message_rate", aliases=("messages_per_second",))
+    burst_messages: float = setting(500.0, "burst allowance of the per-connection message rate", "messages",
+                                    name="message_burst", aliases=("burst_messages",))
     bind_deadline: float = setting(30.0, "close connections that have not sent `bind` by then", "s")
     idle_timeout: float = setting(600.0, "close connections silent (no frames, no pongs) this long", "s")
     ping_interval: float = setting(60.0, "send WebSocket pings to connections quiet this long", "s")

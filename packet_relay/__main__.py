@@ -8,7 +8,7 @@ import signal
 import sys
 
 from burrow.common.config import describe, load_config
-from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging, startup_errors
 
 from .config import RelayConfig
 from .server import RelayServer
@@ -21,11 +21,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(config.verbose)
     raise_nofile_limit()
     log.debug("configuration:\n%s", describe(config))
-    server = RelayServer(config)
-    try:
+    with startup_errors("burrow-relay"):
+        server = RelayServer(config)
         asyncio.run(run_until_signalled(server.start, server.stop, {signal.SIGHUP: server.reload}))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

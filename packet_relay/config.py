@@ -13,24 +13,25 @@ class RelayConfig:
 
     host: str = setting("::", "address to bind the HTTPS, HTTP, STUN and messaging listeners to; '::' is dual-stack "
                                 "(IPv4 too)")
-    https_port: int = setting(8443, "HTTPS (TLS) port for DERP and the HTTP endpoints (0 = ephemeral, -1 = off)")
-    http_port: int = setting(0, "plain-HTTP port (0 = off): for running behind a TLS-terminating proxy")
+    https_port: int = setting(8443, "HTTPS (TLS) port for DERP and the HTTP endpoints (0 = any free port)", off=-1)
+    http_port: int = setting(0, "plain-HTTP port, for running behind a TLS-terminating proxy", off=0)
     tls_cert: str | None = setting(None, "PEM certificate chain for HTTPS")
     tls_key: str | None = setting(None, "PEM private key for HTTPS")
     dev_tls: bool = setting(False, "generate a self-signed certificate into --tls-dir (development)")
     tls_dir: str = setting("var/tls", "where --dev-tls keeps its certificate")
-    stun_port: int = setting(3478, "UDP port for STUN (0 = off)")
+    stun_port: int = setting(3478, "UDP port for STUN", off=0)
     stun_capacity: float = setting(20000.0, "STUN requests answered in all before per-source limits apply "
                                    "(0 = always limit per source)", "requests/s")
     stun_rate_per_source: float = setting(20.0, "STUN requests answered per source address while above "
                                           "--stun-capacity (0 = unlimited)", "requests/s")
-    stun_burst: int = setting(40, "STUN burst per source address while above --stun-capacity", "requests")
+    stun_burst: int = setting(40, "STUN burst per source address while above --stun-capacity", "requests",
+                              name="stun_burst_per_source", aliases=("stun_burst",))
     key_file: str | None = setting(None, "server private key file, created (0600) if missing; "
                                    "without it the key changes on every start")
     event_log: str | None = setting(None, "append JSON event lines here")
     admin_host: str = setting("127.0.0.1", "admin HTTP address (/metrics /healthz /readyz); "
                               "use 0.0.0.0 in containers")
-    admin_port: int = setting(9402, "admin HTTP port (0 = ephemeral)")
+    admin_port: int = setting(9402, "admin HTTP port (0 = any free port)")
     node_name: str | None = setting(None, "instance name in the event log (default: host name)")
     stats_interval: float = setting(60.0, "seconds between `stats` event lines", "s")
     blur_usage: float | None = setting(None, "round event-log times and sizes to this many seconds", "s")
@@ -41,8 +42,10 @@ class RelayConfig:
     mesh_key_file: str | None = setting(None, "file with the 64-hex mesh key; clients presenting it may "
                                         "WatchConns, ClosePeer and ForwardPacket")
     rate_limit_bytes_per_sec: int = setting(0, "per-client receive rate (0 = unlimited); over it, reading "
-                                            "pauses (TCP back-pressure)", "bytes/s")
-    rate_limit_burst_bytes: int = setting(0, "per-client burst (raised to at least 64 KiB + 32)", "bytes")
+                                            "pauses (TCP back-pressure)", "bytes/s",
+                                            name="receive_rate", aliases=("rate_limit_bytes_per_sec",))
+    rate_limit_burst_bytes: int = setting(0, "per-client burst (raised to at least 64 KiB + 32)", "bytes",
+                                          name="receive_burst", aliases=("rate_limit_burst_bytes",))
     send_queue_depth: int = setting(32, "packets queued per client before the oldest is dropped", "packets")
     max_packet_bytes: int = setting(65536, "largest packet payload a client may send", "bytes")
     max_client_info_bytes: int = setting(262144, "largest ClientInfo frame accepted", "bytes")
@@ -55,8 +58,8 @@ class RelayConfig:
                                          "v1) naming the client (HAProxy `send-proxy-v2`); without one it is "
                                          "refused")
     max_dups_per_key: int = setting(8, "connections per public key; the oldest beyond it is closed")
-    restart_reconnect_ms: int = setting(1000, "Restarting frame: ask clients to reconnect after", "ms")
-    restart_try_for_ms: int = setting(60000, "Restarting frame: and to keep trying for", "ms")
+    restart_reconnect: float = setting(1.0, "Restarting frame: ask clients to reconnect after", "s")
+    restart_try_for: float = setting(60.0, "Restarting frame: and to keep trying for", "s")
     shutdown_grace: float = setting(1.0, "seconds to let Restarting frames drain before closing", "s")
     iroh: bool = setting(True, "serve iroh endpoints too: /relay (iroh-relay-v2/v1 WebSocket) and /ping")
     iroh_tokens_file: str | None = setting(None, "file of bearer tokens (one per line), one of which iroh "
@@ -65,7 +68,7 @@ class RelayConfig:
     iroh_pong_timeout: float = setting(5.0, "close an iroh endpoint that leaves a Ping unanswered this long",
                                        "s")
     iroh_tls_auth: bool = setting(True, "accept iroh's TLS-exporter header login over HTTPS")
-    messaging_port: int = setting(0, "TCP port for seed 003 messaging links (0 = off)")
+    messaging_port: int = setting(0, "TCP port for seed 003 messaging links", off=0)
     messaging_key_file: str | None = setting(None, "the messaging server's secp256k1 secret key (64 hex), created "
                                              "(0600) if missing; without it the key changes on every start")
     messaging_address: str | None = setting(None, "host:port that messaging clients dial, published in discovery "

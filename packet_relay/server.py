@@ -160,17 +160,21 @@ class RelayServer:
                     peer.close("denied")
         self.iroh.reload()
 
+    def _restart_ms(self) -> tuple[int, int]:
+        """The Restarting frame's two durations, in the milliseconds the wire uses (flags are in seconds)."""
+        return round(self.config.restart_reconnect * 1000), round(self.config.restart_try_for * 1000)
+
     async def stop(self) -> None:
         self.ready = False
         for srv in self._servers:
             srv.close()
         await self.messaging.stop()
-        restarting = f.Restarting(self.config.restart_reconnect_ms, self.config.restart_try_for_ms).encode()
+        restarting = f.Restarting(*self._restart_ms()).encode()
         live = [c for c in self.conns if c.phase == "derp" and c.registered]
         for c in live:
             c.control(restarting)
             c.flush()
-        live += self.iroh.restarting(self.config.restart_reconnect_ms, self.config.restart_try_for_ms)
+        live += self.iroh.restarting(*self._restart_ms())
         deadline = time.monotonic() + self.config.shutdown_grace
         while time.monotonic() < deadline and any(
                 c.transport.get_write_buffer_size() for c in live if not c.transport.is_closing()):

@@ -52,7 +52,11 @@ def generate_self_signed(tls_dir: str, names: tuple[str, ...] = DEV_NAMES) -> tu
 def server_context(cert: str, key: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert, key)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except OSError as exc:  # the file names, so the one-line start-up error says which files
+        why = "not a PEM certificate chain and matching key" if isinstance(exc, ssl.SSLError) else exc.strerror
+        raise OSError(exc.errno, f"cannot load the TLS certificate {cert} and key {key}: {why}") from exc
     ctx.set_alpn_protocols(["http/1.1"])
     # No TLS 1.3 session tickets: DERP clients do not resume, and each ticket costs memory and CPU.
     ctx.num_tickets = 0

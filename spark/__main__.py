@@ -11,9 +11,12 @@ import time
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from burrow.common.config import VersionAction
+
     parser = argparse.ArgumentParser(
         prog="burrow-report",
         description="Relay load, session metrics and a capacity plan from Burrow event logs (PySpark).")
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument("--logs", action="append", required=True, metavar="GLOB",
                         help="event log files: a path, directory, glob or any Hadoop URI (hdfs://, s3a://); "
                              "repeat the flag or separate with commas for several")

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from burrow.common.config import describe, load_config
-from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging, startup_errors
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.server import TransitServer
 
@@ -17,11 +17,9 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(config.verbose)
     raise_nofile_limit()
     logging.getLogger("burrow.transit").debug("configuration:\n%s", describe(config))
-    server = TransitServer(config)
-    try:
+    with startup_errors("burrow-transit"):
+        server = TransitServer(config)
         asyncio.run(run_until_signalled(server.start, server.stop))
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

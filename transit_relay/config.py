@@ -14,9 +14,9 @@ class TransitConfig:
 
     host: str = setting("::", "address to listen on for TCP and WebSocket clients; '::' is dual-stack (IPv4 too)")
     port: int = setting(4001, "TCP port for `please relay` clients (0 = any free port)")
-    websocket_port: int = setting(4002, "WebSocket transit port; negative disables WebSocket (0 = any free port)")
+    websocket_port: int = setting(4002, "WebSocket transit port (0 = any free port)", off=-1)
     admin_host: str = setting("127.0.0.1", "address of the admin HTTP server (/metrics /healthz /readyz)")
-    admin_port: int = setting(9401, "admin HTTP port; negative disables it (0 = any free port)")
+    admin_port: int = setting(9401, "admin HTTP port (0 = any free port)", off=-1)
     event_log: str | None = setting(None, "append one JSON line per session here (docs/events.md)")
     node_name: str | None = setting(None, "name of this instance in the event log (default: host name)")
     stats_interval: float = setting(60.0, "seconds between `stats` event lines", unit="s")

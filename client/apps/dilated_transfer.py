@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 import msgpack
 
+from burrow.client import errors
 from burrow.client.apps.transfer_versions import FEATURES, app_versions, peer_transfer  # noqa: F401
 
 SUBPROTOCOL = "transfer"
@@ -42,7 +43,7 @@ FILE_OFFER, DIRECTORY_OFFER, ACCEPT, REJECT, DATA, ACK = 1, 2, 3, 4, 5, 6
 _LEN = struct.Struct(">L")
 
 
-class TransferError(Exception):
+class TransferError(errors.TransferError):
     pass
 
 

@@ -9,35 +9,43 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from burrow.client.apps.dilated_transfer import Report, receive_on, send_on
 from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
+from burrow.client.errors import TransferError
+from burrow.client.options import peer_command, ssl_context
+
+PEER_REASON_WAIT = 2.0  # seconds a failed send waits for the receiver's reason (its mailbox error)
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _status(s) -> None:
-    if s.state in ("connected", "reconnecting"):
-        _say(f"dilation {s.state}{' via ' + s.path if s.path else ''} (generation {s.generation})")
+def say_status(s) -> None:
+    """A Dilation status change, as a user reads it (connections, not the state machine's names)."""
+    if s.state == "connected":
+        _say(f"Connected{' (' + s.path + ')' if s.path else ''}")
+    elif s.state == "reconnecting":
+        _say("Connection lost; reconnecting...")
 
 
-def _progress(enabled: bool, total: int) -> Callable[[int], None] | None:
-    if not enabled:
-        return None
-    from burrow.client.apps.progress import ProgressBar
+class _Progress:
+    """Adds up the bytes Dilated File-Transfer reports and draws them (only on a terminal)."""
 
-    bar, done = ProgressBar(), [0]
+    def __init__(self, enabled: bool, total: int) -> None:
+        from burrow.client.apps.progress import ProgressBar
 
-    def step(n: int) -> None:
-        done[0] += n
-        bar(done[0], total)
+        self.bar, self.total, self.done = ProgressBar(enabled=None if enabled else False), total, 0
 
-    return step
+    def __call__(self, n: int) -> None:
+        self.done += n
+        self.bar(self.done, self.total)
 
 
 def _summary(report: Report, verb: str) -> None:
@@ -56,7 +64,8 @@ async def cmd_send_dilated(args) -> int:
         return 2
     total = sum(p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
                 for p in paths)
-    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, **SENDER_WORMHOLE_KWARGS)
+    w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, ssl_context=ssl_context(args),
+                 **SENDER_WORMHOLE_KWARGS)
     await w.open()
     try:
         if args.code:
@@ -64,9 +73,25 @@ async def cmd_send_dilated(args) -> int:
         else:
             w.allocate_code(args.code_length)
         code = await w.get_code()
-        _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\nburrow receive {code}\n")
-        report = await send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
-                               progress=_progress(not args.hide_progress, total), on_status=_status)
+        _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n{peer_command(args, 'receive', code)}\n")
+        progress = _Progress(not args.hide_progress, total)
+        sending = asyncio.ensure_future(
+            send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
+                    progress=progress if progress.bar.enabled else None, on_status=say_status))
+        watching = asyncio.ensure_future(_peer_error(w))
+        try:
+            await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
+            if sending.done() and sending.exception() is not None and not watching.done():
+                # the receiver's stop can end our subchannels before its reason arrives by the mailbox
+                await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
+            if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
+                sending.cancel()  # the receiver gave up (Ctrl-C...): its reason, not our broken subchannel
+                raise TransferError(f"remote error: {watching.result()}")
+            report = await sending
+        finally:
+            watching.cancel()
+            sending.cancel()
+            progress.bar.finish()
         _summary(report, "Sent")
         await w.close()
         return 5 if report.rejected else 0
@@ -77,6 +102,19 @@ async def cmd_send_dilated(args) -> int:
             pass
 
 
+async def _peer_error(w) -> str | None:
+    """The peer's `{"error": ...}` mailbox message (a receiver stopped at its question), or None."""
+    from burrow.client.errors import WormholeError
+
+    while True:
+        try:
+            msg = json.loads(await w.get_message())
+        except (WormholeError, ValueError):
+            return None
+        if isinstance(msg, dict) and "error" in msg:
+            return str(msg["error"])
+
+
 async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable[bool]] | None = None) -> int:
     out = Path(args.output_file) if getattr(args, "output_file", None) else Path.cwd()
     out.mkdir(parents=True, exist_ok=True)
@@ -84,7 +122,7 @@ async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable
         async def confirm(name: str, size: int, is_dir: bool) -> bool:
             return True
     report = await receive_on(w, out, accept=confirm, listen=not args.no_listen,
-                              on_status=_status,
+                              on_status=say_status,
                               on_text=lambda t: _say(f"peer says: {t}"))
     _summary(report, "Received")
     return 5 if report.rejected else 0

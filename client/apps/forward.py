@@ -1,13 +1,10 @@
 """`burrow forward`: carry local TCP ports over Dilation subchannels (in the spirit of the `fowl` tool).
 
-One side listens on a local port (`--local PORT[:HOST:TARGETPORT]`); every connection to it opens a
-subchannel of subprotocol "forward" whose first message asks the peer to connect to HOST:TARGETPORT. The peer
-only connects to targets it explicitly allows (`--allow HOST:PORT`), answers `{"ok": true}` or
-`{"error": ...}`, and then both directions are copied byte for byte, with half-close. Messages before the
-byte stream are a 4-byte big-endian length plus JSON.
-
-usage: burrow forward [--relay-url URL] [--transit-helper tcp:HOST:PORT] [--code CODE] [--no-listen]
-                      [--local PORT:HOST:TARGETPORT]... [--allow HOST:PORT]...
+Wire format: one side listens on a local port (`--local PORT[:HOST:TARGETPORT]`); every connection to it
+opens a subchannel of subprotocol "forward" whose first message asks the peer to connect to
+HOST:TARGETPORT. The peer only connects to targets it explicitly allows (`--allow HOST:PORT`), answers
+`{"ok": true}` or `{"error": ...}`, and then both directions are copied byte for byte, with half-close.
+Messages before the byte stream are a 4-byte big-endian length plus JSON.
 """
 
 from __future__ import annotations
@@ -17,11 +14,24 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+
+USAGE = """Reach a TCP service on another computer through a wormhole code, end-to-end encrypted.
+
+On the computer that has the service (here a web server on its port 8000):
+
+  burrow forward --allow 127.0.0.1:8000
+
+It prints a code. On the other computer:
+
+  burrow forward --code CODE --local 9000:127.0.0.1:8000
+
+Connections to 127.0.0.1:9000 on the second computer now reach 127.0.0.1:8000 on the first. Only targets
+named with --allow can be reached. Either side may start (the one without --code gets the code and
+prints the command for the other). Both keep running until Ctrl-C."""
 
 SUBPROTOCOL = "forward"
 MAX_HEADER = 4096  # bytes of the JSON request/answer
@@ -160,11 +170,13 @@ class Forwarder:
 async def run(args, *, on_code: Callable[[str], None] | None = None,
               on_ready: Callable[[list[int]], None] | None = None, stop: asyncio.Event | None = None) -> int:
     """The whole `burrow forward` session; returns the exit code. Runs until `stop` is set (or forever)."""
+    from burrow.client.apps.dilated_transfer_cli import say_status
     from burrow.client.dilation.aio import dilate
+    from burrow.client.options import ssl_context
     from burrow.client.wormhole import Wormhole
 
     w = Wormhole(args.relay_url, transit_helper=args.transit_helper, dilation=True,
-                 app_versions={"forward": {"v": 1}})
+                 app_versions={"forward": {"v": 1}}, ssl_context=ssl_context(args))
     await w.open()
     try:
         if args.code:
@@ -173,16 +185,17 @@ async def run(args, *, on_code: Callable[[str], None] | None = None,
             w.allocate_code()
         code = await w.get_code()
         print(f"Wormhole code is: {code}", file=sys.stderr, flush=True)
+        if not args.code:
+            print(f"On the other computer, please run:\n\n{peer_command(args, code)}\n", file=sys.stderr, flush=True)
         if on_code:
             on_code(code)
-        dilated = await dilate(w, listen=not args.no_listen,
-                               on_status=lambda s: print(f"dilation: {s.state} {s.path or ''}", file=sys.stderr))
+        dilated = await dilate(w, listen=not args.no_listen, on_status=say_status)
         fw = Forwarder(dilated, allow={parse_allow(a) for a in args.allow})
         server_task = asyncio.ensure_future(fw.serve())
         ports = [await fw.add_local(LocalSpec.parse(s)) for s in args.local]
         for spec, port in zip(args.local, ports, strict=True):
-            print(f"forwarding 127.0.0.1:{port} -> peer's {LocalSpec.parse(spec).target_host}:"
-                  f"{LocalSpec.parse(spec).target_port}", file=sys.stderr, flush=True)
+            print(f"Forwarding 127.0.0.1:{port} to {LocalSpec.parse(spec).target_host}:"
+                  f"{LocalSpec.parse(spec).target_port} on the other computer", file=sys.stderr, flush=True)
         if on_ready:
             on_ready(ports)
         await (stop.wait() if stop else asyncio.Event().wait())
@@ -195,23 +208,43 @@ async def run(args, *, on_code: Callable[[str], None] | None = None,
             await w.close()
 
 
+def peer_command(args, code: str) -> str:
+    """What the other computer runs: our --local targets become its --allow, our --allow its --local."""
+    from burrow.client.options import peer_command as command
+
+    extra = ["--code", code]
+    for spec in map(LocalSpec.parse, args.local):
+        extra += ["--allow", f"{spec.target_host}:{spec.target_port}"]
+    for host, port in map(parse_allow, args.allow):
+        extra += ["--local", f"{port}:{host}:{port}"]
+    return command(args, "forward", *extra)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="burrow forward", description=__doc__.split("\n\n")[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--relay-url", default=os.environ.get("BURROW_RELAY_URL", "ws://127.0.0.1:4000/v1"))
-    ap.add_argument("--transit-helper", default=os.environ.get("BURROW_TRANSIT_HELPER", "tcp:127.0.0.1:4001"))
-    ap.add_argument("--code", help="join this code instead of allocating one")
-    ap.add_argument("--no-listen", action="store_true", help="no direct listener: relay only")
-    ap.add_argument("--local", action="append", default=[],
-                    help="PORT[:HOST:TARGETPORT]: listen on 127.0.0.1:PORT, peer connects to HOST:TARGETPORT")
-    ap.add_argument("--allow", action="append", default=[],
-                    help="HOST:PORT the peer may ask us to connect to (nothing is allowed by default)")
+    from burrow.client.options import ClientParser, add_server_options
+
+    ap = ClientParser(prog="burrow forward", description=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_options(ap)
+    ap.add_argument("--code", help="join this code (default: get a new code and print it)")
+    ap.add_argument("--no-listen", action="store_true",
+                    help="no direct listener: the other side dials us or the transit relay carries it (default: off)")
+    ap.add_argument("--local", action="append", default=[], metavar="PORT[:HOST:TARGETPORT]",
+                    help="listen on 127.0.0.1:PORT; each connection reaches HOST:TARGETPORT on the other computer "
+                         "(default: 127.0.0.1 and the same port; repeatable)")
+    ap.add_argument("--allow", action="append", default=[], metavar="HOST:PORT",
+                    help="a target the other computer may reach through us (default: none; repeatable)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from burrow.client.errors import WormholeError
+    from burrow.client.options import explain
+
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(run(args))
     except KeyboardInterrupt:
         return 130
+    except (WormholeError, OSError, ValueError) as e:
+        print(f"burrow forward: error: {explain(e)}", file=sys.stderr, flush=True)
+        return 1

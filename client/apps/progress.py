@@ -1,4 +1,8 @@
-"""A small terminal progress bar with rate and ETA (stderr; redrawn at most every REDRAW seconds)."""
+"""A small terminal progress bar with rate and ETA (stderr; redrawn at most every REDRAW seconds).
+
+Only on a terminal (a log file or pipe gets none); the rate is timed from the first call (the first byte
+moved, not the question before it); each redraw erases to the end of the line; finish() ends the line.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import time
 
 REDRAW = 0.1  # seconds between redraws
 WIDTH = 30  # characters of bar
+ERASE_TO_END = "\x1b[K"  # ANSI: clear what a longer earlier line left behind
 
 
 def human(n: float) -> str:
@@ -23,27 +28,35 @@ def eta(seconds: float) -> str:
 
 
 class ProgressBar:
-    def __init__(self, stream=None, enabled: bool = True, clock=time.monotonic):
+    def __init__(self, stream=None, enabled: bool | None = None, clock=time.monotonic):
+        """`enabled=None`: draw only if `stream` is a terminal; True/False force it."""
         self.stream = stream or sys.stderr
+        if enabled is None:
+            enabled = bool(getattr(self.stream, "isatty", lambda: False)())
         self.enabled = enabled
         self.clock = clock
-        self.start = clock()
+        self.start: float | None = None  # set by the first call: the transfer's start, not the bar's creation
+        self._base = 0  # bytes already done at that first call
         self._last = 0.0
         self._drawn = False
 
     def render(self, done: int, total: int, now: float) -> str:
-        elapsed = max(now - self.start, 1e-6)
-        rate = done / elapsed
+        if self.start is None:
+            self.start, self._base = now, done
+        elapsed = now - self.start
+        rate = (done - self._base) / elapsed if elapsed > 0 else 0.0
         frac = done / total if total else 1.0
         filled = int(WIDTH * frac)
-        remaining = (total - done) / rate if rate > 0 else 0.0
+        left = eta((total - done) / rate) if rate > 0 else "-:--:--"
         return (f"\r[{'#' * filled}{'.' * (WIDTH - filled)}] {frac * 100:5.1f}% {human(done)}/{human(total)} "
-                f"{human(rate)}/s ETA {eta(remaining)}")
+                f"{human(rate)}/s ETA {left}{ERASE_TO_END}")
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
         now = self.clock()
+        if self.start is None:
+            self.start, self._base = now, done
         if done < total and now - self._last < REDRAW:
             return
         self._last = now
@@ -52,6 +65,8 @@ class ProgressBar:
         self._drawn = True
 
     def finish(self) -> None:
+        """End the bar's line (also after an error, so the message starts on its own line); idempotent."""
         if self.enabled and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
+            self._drawn = False

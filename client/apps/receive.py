@@ -33,6 +33,7 @@ from burrow.client.apps.transfer import (
     _noop,
     _recv,
     _send,
+    connect_unless_peer_gives_up,
 )
 from burrow.client.errors import TransferError, TransferRejected
 from burrow.client.wormhole import Wormhole
@@ -179,8 +180,11 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
     except TransferRejected:
         _send(w, {"error": "transfer rejected"})
         raise
+    except OSError as e:  # cannot create the target's folder: tell the sender rather than leave it waiting
+        _send(w, {"error": f"transfer rejected: the receiver cannot write there ({e.strerror or e})"})
+        raise
     _send(w, {"answer": {"file_ack": "ok"}})
-    pipe = await transit.connect()
+    pipe = await connect_unless_peer_gives_up(w, transit)
     opts.on_connected(pipe.description)
     fd, tmpname = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".burrow-part", dir=dest.parent)
     tmp = Path(tmpname)
@@ -212,6 +216,7 @@ async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress) -> str:
 
     done = 0
     pending = None
+    progress(0, size)  # the first byte: the bar's rate is timed from here
     with ThreadPoolExecutor(1, thread_name_prefix="burrow-write") as ex:
         try:
             while done < size:

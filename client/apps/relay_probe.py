@@ -12,12 +12,14 @@ import argparse
 import asyncio
 import os
 import socket
+import ssl
 import statistics
 import sys
 import time
 from urllib.parse import urlsplit
 
 from burrow.client.derp.client import DerpClient
+from burrow.client.options import CERT_FIX, ClientParser, VersionAction
 
 try:  # the relay's own STUN codec (wire/stun.py)
     from burrow.wire.stun import build_binding_request, parse_binding_response
@@ -25,18 +27,29 @@ except ImportError:  # pragma: no cover - only when the STUN module is absent
     build_binding_request = parse_binding_response = None
 
 
+def _relay_url(text: str) -> str:
+    if urlsplit(text).scheme not in ("https", "http") or not urlsplit(text).hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an https:// or http:// URL")
+    return text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="burrow relay-probe", description=__doc__.splitlines()[0])
-    p.add_argument("url", help="relay URL, e.g. https://relay.example.com:8443")
-    p.add_argument("--ca-file", help="trust this CA (or self-signed) certificate file")
-    p.add_argument("--insecure", action="store_true", help="skip certificate verification (dev only)")
-    p.add_argument("--websocket", action="store_true", help="use DERP over WebSocket instead of Upgrade: DERP")
-    p.add_argument("--stun-port", type=int, default=3478, help="UDP STUN port on the relay host (0 = skip)")
+    p = ClientParser(prog="burrow relay-probe", description=__doc__.splitlines()[0])
+    p.add_argument("url", type=_relay_url, help="relay URL, e.g. https://relay.example.com:8443")
+    p.add_argument("--version", action=VersionAction)
+    p.add_argument("--ca-file", help="trust this CA (or self-signed) certificate file (default: the system's CAs)")
+    p.add_argument("--insecure", action="store_true", help="skip certificate verification (testing only; "
+                                                               "default: off)")
+    p.add_argument("--websocket", action="store_true", help="use DERP over WebSocket instead of Upgrade: DERP "
+                                                                "(default: off)")
+    p.add_argument("--stun-port", type=int, default=3478, help="UDP STUN port on the relay host (0 = skip; "
+                                                                "default: 3478)")
     p.add_argument("--stun-host", help="STUN host (default: the relay URL's host)")
-    p.add_argument("--count", type=int, default=5, help="packet round trips to time")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds allowed for each step")
-    p.add_argument("--no-iroh", action="store_true", help="skip the iroh relay protocol checks")
-    p.add_argument("--iroh-token", help="bearer token for the iroh path (if the relay requires one)")
+    p.add_argument("--count", type=int, default=5, help="packet round trips to time (default: 5)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds allowed for each step (default: 5)")
+    p.add_argument("--no-iroh", action="store_true", help="skip the iroh relay protocol checks (default: off)")
+    p.add_argument("--iroh-token", help="bearer token for the iroh path, if the relay requires one "
+                                        "(default: none)")
     return p.parse_args(argv)
 
 
@@ -82,7 +95,8 @@ async def probe(args: argparse.Namespace, out=sys.stdout) -> int:
         await b.start()
         say(True, "handshake", f"TLS+DERP in {connect_ms:.1f} ms, server nodekey:{a.server_key.hex()}")
     except Exception as exc:  # noqa: BLE001 - report any failure as a probe failure
-        say(False, "handshake", f"{type(exc).__name__}: {exc}")
+        fix = CERT_FIX if isinstance(exc, ssl.SSLCertVerificationError) else ""
+        say(False, "handshake", f"{type(exc).__name__}: {exc}{fix}")
         await a.close()
         await b.close()
         return 1
@@ -128,7 +142,10 @@ async def probe(args: argparse.Namespace, out=sys.stdout) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    return asyncio.run(probe(args))
+    try:
+        return asyncio.run(probe(args))
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from burrow.client.errors import PeerGoneError, TransferError, TransitError
 from burrow.client.wormhole import APPID, Wormhole
 
 if TYPE_CHECKING:  # transit is imported where a file moves: a text transfer never loads it
-    from burrow.client.transit.aio import RecordPipe
+    from burrow.client.transit.aio import RecordPipe, Transit
 
 TRANSIT_KEY_PURPOSE = APPID + "/transit-key"  # always the default appid (magic-wormhole bug #339)
 RECORD_SIZE = 256 * 1024  # plaintext bytes per transit record
@@ -71,6 +71,9 @@ class Offer:
         except (KeyError, TypeError, ValueError) as e:
             raise TransferError(f"malformed offer: {e}") from e
         raise TransferError("unknown offer type")
+
+
+NO_TRANSIT_PATH = "found no transit path"  # in the error a side sends the other when its connect() gave up
 
 
 def _send(w: Wormhole, data: dict) -> None:
@@ -170,7 +173,7 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
                     if msg["answer"].get("file_ack") != "ok":
                         raise TransferError(f"transfer not accepted: {msg['answer']!r}")
                     break
-            pipe = await transit.connect()
+            pipe = await connect_unless_peer_gives_up(w, transit)
         finally:
             await transit.close()
         if on_connected:
@@ -193,6 +196,41 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
             os.unlink(tmp.name)
 
 
+async def connect_unless_peer_gives_up(w: Wormhole, transit: Transit) -> RecordPipe:
+    """transit.connect(), ended early by the peer's `{"error": ...}` (it found no path, or its user quit).
+
+    When our own attempts all fail we tell the peer, which may be waiting for us at a relay.
+    """
+    connecting = asyncio.ensure_future(_connect_or_tell(w, transit))
+    while True:
+        peer = asyncio.ensure_future(_recv(w))
+        try:
+            await asyncio.wait({connecting, peer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not peer.done():
+                peer.cancel()
+        if connecting.done():
+            return connecting.result()
+        try:
+            peer.result()  # raises TransferError for the receiver's error; other messages are not for now
+        except TransferError as e:
+            connecting.cancel()
+            if NO_TRANSIT_PATH in str(e):
+                raise TransitError(str(e)) from None
+            raise
+        except BaseException:
+            connecting.cancel()
+            raise
+
+
+async def _connect_or_tell(w: Wormhole, transit: Transit) -> RecordPipe:
+    try:
+        return await transit.connect()
+    except TransitError as e:
+        _send(w, {"error": f"the {transit.role} {NO_TRANSIT_PATH} ({e})"})
+        raise
+
+
 async def _stream_out(pipe: RecordPipe, source: Path, size: int, progress: Progress) -> None:
     """Read and encrypt in a worker thread, one record ahead of the socket writes."""
     loop = asyncio.get_running_loop()
@@ -207,6 +245,7 @@ async def _stream_out(pipe: RecordPipe, source: Path, size: int, progress: Progr
             return pipe.seal(view)
 
         done, i = 0, 0
+        progress(0, size)  # the first byte: the bar's rate is timed from here
         nxt = loop.run_in_executor(ex, produce, 0, min(RECORD_SIZE, size)) if size else None
         while nxt is not None:
             frame = await nxt

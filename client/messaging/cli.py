@@ -33,22 +33,34 @@ from .link import ChannelRefusedError
 EXIT_OK, EXIT_USAGE, EXIT_SERVER, EXIT_REJECTED, EXIT_PEER, EXIT_INTERRUPTED = 0, 2, 4, 5, 6, 130
 
 
+DISCOVERY_ENV = ("BURROW_CLIENT_DISCOVERY_URL", "BURROW_DISCOVERY_URL")  # new name first, the older one kept
+DEFAULT_DISCOVERY = "http://127.0.0.1:4003"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from burrow.client.options import ClientParser, VersionAction, from_env
+
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--discovery", default=os.environ.get("BURROW_DISCOVERY_URL", "http://127.0.0.1:4003"),
-                        help="messaging discovery URL (env BURROW_DISCOVERY_URL; default %(default)s)")
+    common.add_argument("--discovery", default=from_env(DISCOVERY_ENV, DEFAULT_DISCOVERY), metavar="URL",
+                        help=f"messaging discovery URL (env {DISCOVERY_ENV[0]}; default: {DEFAULT_DISCOVERY})")
     common.add_argument("--key-file", required=True,
                         help="this client's secp256k1 secret key (64 hex); created with mode 0600 if missing")
-    common.add_argument("--server", action="append",
-                        help="link to this messaging server (host:port or PUBKEY@host:port); repeatable")
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds for each network step")
+    common.add_argument("--server", action="append", metavar="ADDR",
+                        help="link to this messaging server (host:port or PUBKEY@host:port); repeatable "
+                             "(default: chosen among the discovery's servers)")
+    common.add_argument("--timeout", type=float, default=10.0,
+                        help="seconds for each network step (default: 10 seconds)")
     common.add_argument("--refresh", type=float, default=20.0,
-                        help="seconds between refreshes of our discovery entry (below the discovery's entry TTL)")
-    p = argparse.ArgumentParser(prog="burrow messaging", description="Messaging over Skywire's servers.")
-    sub = p.add_subparsers(dest="command", required=True)
+                        help="seconds between refreshes of our discovery entry, below the discovery's entry TTL "
+                             "(default: 20 seconds)")
+    common.add_argument("--version", action=VersionAction)
+    p = ClientParser(prog="burrow messaging", description="Messaging over Skywire's servers.")
+    p.add_argument("--version", action=VersionAction)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=ClientParser)
     listen = sub.add_parser("listen", parents=[common], help="print messages sent to our key")
-    listen.add_argument("--count", type=int, default=0, help="exit after this many messages (0 = never)")
-    listen.add_argument("--show-sender", action="store_true", help="prefix each message with the sender's key")
+    listen.add_argument("--count", type=int, default=0, help="exit after this many messages (0 = never; default: 0)")
+    listen.add_argument("--show-sender", action="store_true",
+                        help="prefix each message with the sender's key (default: off)")
     send = sub.add_parser("send", parents=[common], help="send one message to a public key")
     send.add_argument("public_key", help="the remote client's public key (66 hex)")
     send.add_argument("text", help="the message ('-' reads standard input)")

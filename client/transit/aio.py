@@ -5,6 +5,10 @@ every direct hint of the peer at once, and the relay hints (ours + theirs) after
 when the peer offered direct hints (immediately otherwise), so a direct path gets a head start. The
 sender picks the first connection whose handshake verifies and writes "go" on it, "nevermind" on the
 others; the receiver takes the connection on which "go" arrives.
+
+It fails fast: once every connection we dialled has failed and no connection the peer made to us is
+being negotiated (after INBOUND_GRACE seconds more, when we listen), connect() raises TransitError naming
+each path tried and why it failed.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import os
 import socket
 import struct
 from dataclasses import dataclass
@@ -29,6 +34,7 @@ RELAY_DELAY = 2.0  # seconds of head start for direct hints (magic-wormhole's RE
 NEGOTIATION_TIMEOUT = 60.0  # seconds per candidate connection
 CONNECT_TIMEOUT = 120.0  # seconds for the whole race
 DIAL_TIMEOUT = 10.0  # seconds for one TCP connect
+INBOUND_GRACE = 2.0  # seconds a listening side still waits for the peer's connection once its own dials failed
 STREAM_LIMIT = 4 * 1024 * 1024  # bytes buffered by a StreamReader before it pauses the socket
 
 
@@ -82,6 +88,11 @@ class Transit:
         self._winner: asyncio.Future[_Candidate] = asyncio.get_running_loop().create_future()
         self._tasks: set[asyncio.Task] = set()
         self._relay_addrs: set[tuple] = set()
+        self._dialling = 0  # our outgoing attempts still running
+        self._inbound = 0  # connections from the peer still negotiating
+        self._failures: list[str] = []  # "relay 10.0.0.1:4001 (connection refused)", for the error
+        self._grace: asyncio.TimerHandle | None = None
+        self._grace_over = False
 
     # ---- hints
     async def get_hints(self) -> list[dict]:
@@ -104,17 +115,22 @@ class Transit:
     async def connect(self, timeout: float = CONNECT_TIMEOUT) -> RecordPipe:
         await self._key_set.wait()
         for h in self._peer_direct:
+            self._dialling += 1  # counted here, not when the task starts: _check_exhausted() runs first
             self._spawn(self._dial(h, relay=False, delay=0.0))
         delay = self.relay_delay if self._peer_direct else 0.0
         for h in self._relays:
+            self._dialling += 1
             self._spawn(self._dial(h, relay=True, delay=delay))
         if not self._tasks and self._server is None:
             raise TransitError("no transit hints to try (no direct hints and no relay)")
+        self._check_exhausted()
         try:
             cand = await asyncio.wait_for(asyncio.shield(self._winner), timeout)
         except TimeoutError as e:
             raise TransitError(f"no transit connection succeeded within {timeout:.0f}s") from e
         finally:
+            if self._grace is not None:
+                self._grace.cancel()
             await self._cleanup()
         assert self._key is not None
         return RecordPipe(cand.reader, cand.writer, self._key, self.role, cand.description)
@@ -124,7 +140,40 @@ class Transit:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
+    def _check_exhausted(self) -> None:
+        """Fail the race when nothing is left that could still win."""
+        if self._winner.done() or self._dialling or self._inbound:
+            return
+        if self._server is not None and not self._grace_over:  # the peer may still be dialling us
+            if self._grace is None:
+                self._grace = asyncio.get_running_loop().call_later(INBOUND_GRACE, self._end_grace)
+            return
+        tried = ", ".join(self._failures) or "no path"
+        listening = "; nothing connected to our listener" if self._server is not None else ""
+        self._winner.set_exception(TransitError(f"no transit path works: tried {tried}{listening}"))
+        self._winner.exception()  # retrieved by connect(); never logged as lost
+
+    def _end_grace(self) -> None:
+        self._grace_over = True
+        self._check_exhausted()
+
+    def _failed(self, desc: str, e: BaseException) -> None:
+        log.debug("transit %s failed: %s", desc, e)
+        if isinstance(e, OSError) and e.errno:
+            why = os.strerror(e.errno).lower()  # "connection refused", not asyncio's "Connect call failed"
+        else:
+            why = str(e) or {TimeoutError: "no answer", asyncio.IncompleteReadError: "closed by the other end"}.get(
+                type(e), type(e).__name__)
+        self._failures.append(f"{desc} ({why})")
+
     async def _dial(self, hint: P.TcpHint, relay: bool, delay: float) -> None:
+        try:
+            await self._dial_once(hint, relay, delay)
+        finally:
+            self._dialling -= 1
+            self._check_exhausted()
+
+    async def _dial_once(self, hint: P.TcpHint, relay: bool, delay: float) -> None:
         if delay:
             await asyncio.sleep(delay)
         if self._winner.done():
@@ -143,7 +192,7 @@ class Transit:
                     self._relay_addrs.add(addr)
                 reader, writer = await asyncio.open_connection(addr[0], addr[1], limit=STREAM_LIMIT)
         except (OSError, TimeoutError, IndexError) as e:
-            log.debug("transit dial %s failed: %s", desc, e)
+            self._failed(desc, e)
             return
         await self._negotiate(_Candidate(reader, writer, desc), relay)
 
@@ -154,12 +203,17 @@ class Transit:
         if task is not None:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        self._inbound += 1
         try:
             await self._key_set.wait()
             await self._negotiate(cand, relay=False)
         except asyncio.CancelledError:
             # a server callback task must not end cancelled (asyncio would log it as an error)
             writer.close()
+        finally:
+            self._inbound -= 1
+            if self._grace is not None:  # connect() is running
+                self._check_exhausted()
 
     async def _negotiate(self, cand: _Candidate, relay: bool) -> None:
         assert self._key is not None
@@ -175,7 +229,7 @@ class Transit:
                         cand.writer.write(out)
                     await cand.writer.drain()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, P.TransitProtocolError) as e:
-            log.debug("transit candidate %s failed: %s", cand.description, e)
+            self._failed(cand.description, e)
             cand.writer.close()
             return
         except asyncio.CancelledError:

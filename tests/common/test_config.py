@@ -27,15 +27,56 @@ def test_environment_then_flags_take_precedence():
     assert (cfg.port, cfg.verbose) == (6000, False)
 
 
-def test_bad_values_are_reported_with_their_source():
-    with pytest.raises(ValueError, match="BURROW_DEMO_PORT"):
-        load_config(DemoConfig, "demo", [], environ={"BURROW_DEMO_PORT": "many"})
-    with pytest.raises(ValueError, match="--timeout"):
-        load_config(DemoConfig, "demo", ["--timeout", "soon"], environ={})
+@pytest.mark.parametrize("argv,environ,named", [
+    ([], {"BURROW_DEMO_PORT": "many"}, "BURROW_DEMO_PORT: expected int, got 'many'"),
+    (["--timeout", "soon"], {}, "--timeout: expected float, got 'soon'"),
+    ([], {"BURROW_DEMO_VERBOSE": "maybe"}, "BURROW_DEMO_VERBOSE: expected a boolean"),
+    (["--bogus"], {}, "unrecognized arguments: --bogus"),
+])
+def test_bad_values_are_one_line_naming_their_source(capsys, argv, environ, named):
+    with pytest.raises(SystemExit) as exit_:
+        load_config(DemoConfig, "demo", argv, environ=environ)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("burrow-demo: error: ") and named in err, err
 
 
-def test_help_names_env_variables_and_units(capsys):
+def test_help_shows_each_default_once_with_its_unit(capsys):
     with pytest.raises(SystemExit):
         load_config(DemoConfig, "demo", ["--help"], environ={})
-    out = capsys.readouterr().out
-    assert "BURROW_DEMO_TIMEOUT" in out and "[seconds]" in out
+    out = " ".join(capsys.readouterr().out.split()).partition("options:")[2]  # argparse wraps lines
+    assert "BURROW_DEMO_TIMEOUT; default: 2.5 seconds)" in out
+    assert "(env BURROW_DEMO_PORT; default: 4000)" in out
+    assert "(env BURROW_DEMO_VERBOSE; default: off)" in out
+    assert "(env BURROW_DEMO_EVENT_LOG; default: none)" in out
+    assert "None" not in out and out.count("default") == 5
+
+
+@dataclass(frozen=True)
+class RenamedConfig:
+    admin_port: int = setting(9000, "admin port (0 = any free port)", off=-1)
+    stun_port: int = setting(3478, "STUN port", off=0)
+    per_second: float = setting(10.0, "rate", "messages/s", name="message_rate", aliases=("per_second",))
+
+
+def test_off_turns_any_port_off_and_renamed_flags_keep_their_old_names(capsys):
+    cfg = load_config(RenamedConfig, "demo", ["--admin-port", "off", "--stun-port", "OFF"], environ={})
+    assert (cfg.admin_port, cfg.stun_port) == (-1, 0)
+    assert load_config(RenamedConfig, "demo", [], environ={"BURROW_DEMO_ADMIN_PORT": "off"}).admin_port == -1
+    assert load_config(RenamedConfig, "demo", ["--admin-port", "0"], environ={}).admin_port == 0
+    assert load_config(RenamedConfig, "demo", ["--message-rate", "5"], environ={}).per_second == 5
+    assert load_config(RenamedConfig, "demo", ["--per-second", "6"], environ={}).per_second == 6
+    env = {"BURROW_DEMO_PER_SECOND": "7", "BURROW_DEMO_MESSAGE_RATE": "8"}  # the current name wins
+    assert load_config(RenamedConfig, "demo", [], environ=env).per_second == 8
+    assert load_config(RenamedConfig, "demo", [], environ={"BURROW_DEMO_PER_SECOND": "7"}).per_second == 7
+    with pytest.raises(SystemExit):
+        load_config(RenamedConfig, "demo", ["--help"], environ={})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--message-rate MESSAGE_RATE rate (env BURROW_DEMO_MESSAGE_RATE; default: 10 messages/s)" in out
+    assert "--per-second" not in out and "off turns it off" in out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        load_config(DemoConfig, "demo", ["--version"], environ={})
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("burrow-demo ")

@@ -229,7 +229,7 @@ async def test_access_callout_allow_deny_and_unreachable(tmp_path, callout_url):
 
 
 async def test_restarting_on_graceful_stop_and_client_reconnects(tmp_path):
-    async with running_relay(tmp_path, restart_reconnect_ms=200) as server:
+    async with running_relay(tmp_path, restart_reconnect=0.2) as server:
         port = server.https_port
         c = await client(server)
     assert await asyncio.wait_for(c.notices.get(), TIMEOUT) == f.Restarting(200, 60000)

@@ -27,7 +27,7 @@ def test_flags_reach_the_iroh_settings():
 
 
 async def test_graceful_stop_sends_restarting_to_iroh_and_derp(tmp_path):
-    server = RelayServer(relay_config(tmp_path, restart_reconnect_ms=1500, restart_try_for_ms=30000),
+    server = RelayServer(relay_config(tmp_path, restart_reconnect=1.5, restart_try_for=30.0),
                          http_ephemeral=True)
     await server.start()
     try:

@@ -1,0 +1,139 @@
+"""`burrow` stops at once, saying why: no transit path, or Ctrl-C at the receiver's (y/N) question."""
+
+import os
+import pty
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from harness.ports import free_port
+
+pytestmark = pytest.mark.timeout(120)
+BOUND = 60  # seconds: well under the 120 s the transit race may take when something could still answer
+WELL_UNDER_NEGOTIATION = 40  # seconds: less than the 60 s a relay connection may wait for its partner
+
+
+def burrow(*args: str, **kw) -> subprocess.Popen:
+    kw.setdefault("stdout", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "burrow.client.cli", *args], stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, tmp_path):
+    dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4500-purple-sausages")
+    r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4500-purple-sausages")
+    _, rerr = r.communicate(timeout=BOUND)
+    _, serr = s.communicate(timeout=BOUND)
+    assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
+    for err, side in ((rerr, "receive"), (serr, "send")):
+        last = err.strip().splitlines()[-1]
+        # its own finding, or the peer's when that came first ("remote error: the receiver found no ...")
+        assert last.startswith(f"burrow {side}: error: ") and "no transit path works: tried relay 127.0.0.1:" in last, err
+        assert "connection refused" in last.lower() and "Traceback" not in err
+    assert not (tmp_path / "got").exists()
+
+
+def test_a_side_waiting_at_the_relay_hears_when_the_other_side_gives_up(wormhole_servers, tmp_path):
+    # a "relay" that keeps the first connection waiting forever and closes every later one: one side waits
+    # there, the other fails at once and must tell it, not leave it waiting out the 60 s negotiation
+    relay = socket.socket()
+    relay.bind(("127.0.0.1", 0))
+    relay.listen()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = relay.accept()
+            except OSError:
+                return
+            if held:
+                conn.close()
+            else:
+                held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper",
+              f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    try:
+        s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4503-purple-sausages")
+        r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4503-purple-sausages")
+        _, rerr = r.communicate(timeout=WELL_UNDER_NEGOTIATION)
+        _, serr = s.communicate(timeout=WELL_UNDER_NEGOTIATION)
+    finally:
+        relay.close()
+        for conn in held:
+            conn.close()
+    assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
+    assert "found no transit path" in rerr + serr and "Traceback" not in rerr + serr
+
+
+def test_a_listening_side_still_takes_the_peers_connection_after_its_own_dials_failed(wormhole_servers, tmp_path):
+    # the sender cannot be dialled (--no-listen) and the relay is dead: the receiver's own attempts all fail,
+    # but the sender reaches the receiver's listener, which is what must win
+    dead = f"tcp:127.0.0.1:{free_port()}"
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--hide-progress"]
+    data = os.urandom(100_000)
+    (tmp_path / "payload").write_bytes(data)
+    s = burrow("send", *common, "--no-listen", str(tmp_path / "payload"), "--code", "4501-purple-sausages")
+    r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4501-purple-sausages")
+    _, rerr = r.communicate(timeout=BOUND)
+    _, serr = s.communicate(timeout=BOUND)
+    assert r.returncode == 0 and s.returncode == 0, (rerr, serr)
+    assert (tmp_path / "got").read_bytes() == data
+
+
+def test_ctrl_c_at_the_code_prompt_stops_at_once_and_no_code_is_one_line(wormhole_servers):
+    controller, terminal = pty.openpty()
+    try:
+        r = burrow("receive", "--relay-url", wormhole_servers.relay_url, stdin=terminal, stdout=terminal)
+        seen = ""
+        deadline = time.monotonic() + BOUND
+        while "Enter receive wormhole code:" not in seen and time.monotonic() < deadline:
+            seen += os.read(controller, 4096).decode()
+        r.send_signal(signal.SIGINT)
+        _, err = r.communicate(timeout=BOUND)  # nobody presses Enter: it must stop by itself
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert r.returncode == 130 and "Traceback" not in err, err
+    r = burrow("receive", "--relay-url", wormhole_servers.relay_url, stdin=subprocess.DEVNULL)
+    _, err = r.communicate(timeout=BOUND)
+    assert r.returncode == 2 and err.strip().splitlines()[-1] == "burrow receive: error: no code was entered", err
+
+
+@pytest.mark.parametrize("dilated", [False, True], ids=["classic", "dilated"])
+def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole_servers, tmp_path, dilated):
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
+              "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    s = burrow("send", *common, *(["--dilated"] if dilated else []), str(tmp_path / "payload"),
+               "--code", "4502-purple-sausages")
+    controller, terminal = pty.openpty()  # the receiver asks on a terminal, as a person runs it
+    try:
+        r = burrow("receive", *common, "-o", str(tmp_path / "got"), "4502-purple-sausages", stdin=terminal,
+                   stdout=subprocess.DEVNULL, cwd=tmp_path)
+        seen = ""
+        deadline = time.monotonic() + BOUND
+        while "(y/N)" not in seen and time.monotonic() < deadline and r.poll() is None:
+            seen += os.read(r.stderr.fileno(), 4096).decode()
+        assert "(y/N)" in seen, seen
+        r.send_signal(signal.SIGINT)  # what Ctrl-C on that terminal delivers
+        _, rest = r.communicate(timeout=BOUND)  # nobody presses Enter: it must stop by itself
+        _, serr = s.communicate(timeout=BOUND)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert r.returncode == 130 and "Traceback" not in rest, rest
+    assert s.returncode == 5, serr
+    assert "the receiver was interrupted" in serr.strip().splitlines()[-1], serr
+    assert not (tmp_path / "got").is_file() and not (tmp_path / "got" / "payload").exists()  # (dilated: a folder)
