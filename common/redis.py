@@ -152,15 +152,15 @@ class RedisLink:
                 await asyncio.sleep(self.backoff.next_delay())
         self._task = asyncio.create_task(self._watch(), name="redis-health")
 
-    async def close(self) -> None:
+    async def close(self, wait: float = COMMAND_TIMEOUT) -> None:
+        """Stop the health checks and close the connections; each step gets `wait` seconds at most."""
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task], timeout=wait)
             self._task = None
         if self.client is not None:
             with contextlib.suppress(Exception):
-                await self.client.aclose()
+                await asyncio.wait_for(self.client.aclose(), wait)
             self.client = None
 
     async def timed(self, call: Awaitable[T]) -> T:

@@ -89,10 +89,10 @@ class Bus:
             lost = True
             await asyncio.sleep(backoff.next_delay())
 
-    async def close(self) -> None:
+    async def close(self, wait: float = 5.0) -> None:
+        """Stop the reader; its cleanup gets `wait` seconds."""
         self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await asyncio.wait([self.task], timeout=wait)
 
 
 def _node_options(cluster) -> dict:

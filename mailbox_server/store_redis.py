@@ -51,6 +51,7 @@ log = logging.getLogger("mailbox_server")
 SERVICE = "mailbox"
 APPS = key(SERVICE, "apps")  # every app id seen, for pruning and the totals behind the global limits
 STATS_INTERVAL = 1.0  # seconds between refreshes of the totals (metrics, --max-mailboxes, --max-stored-bytes)
+CLOSE_WAIT = 5.0  # seconds close() waits for each step of the shutdown
 PRUNE_BATCH = 500  # mailboxes one prune call deletes at most
 NEW_EXCHANGE = (ListNames, Allocate, Claim)
 OPS = {ListNames: "list", Allocate: "allocate", Claim: "claim", Release: "release", Open: "open", Add: "add",
@@ -117,9 +118,18 @@ class RedisStore:
         for t in self._tasks:
             t.cancel()
         for bus in self._buses.values():
-            await bus.close()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.link.close()
+            bus.task.cancel()
+        # Every task gets CLOSE_WAIT seconds to finish its cleanup; one stuck in a socket call is left behind
+        # rather than holding up the shutdown.
+        pending = [*self._tasks, *(bus.task for bus in self._buses.values())]
+        if pending:
+            _, stuck = await asyncio.wait(pending, timeout=CLOSE_WAIT)
+            if stuck:
+                log.warning("%d Redis task(s) did not stop within %s s", len(stuck), CLOSE_WAIT)
+        try:
+            await asyncio.wait_for(self.link.close(), CLOSE_WAIT)
+        except TimeoutError:
+            log.warning("closing the Redis connections took more than %s s", CLOSE_WAIT)
 
     def healthy(self) -> bool:
         return self.link.healthy
