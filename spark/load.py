@@ -120,31 +120,23 @@ def _peaks(iv: DataFrame, window: int) -> DataFrame:
         _step(F.col("start"), F.col("w_sess"), F.col("w_conn"), F.col("w_sess"), zero, zero, False),
         _step(F.col("end"), -F.col("w_sess"), -F.col("w_conn"), zero, zero, zero, False),
         *_byte_steps(window))).alias("s")).where(F.col("s").isNotNull()).select("svc", "s.*")
-    steps = steps.select(_key(F.col("svc"), _minute_of(F.col("t"))).alias("key"), "t", "ds", "dc", "st", "dr", "pb", "b")
+    minute = _minute_of(F.col("t"))
+    # seconds from the step to the end of its minute: a step's share of the minute's integral
+    tail = ((minute + 1) * MINUTE - F.col("t")).alias("tail")
+    steps = steps.select(_key(F.col("svc"), minute).alias("key"), "t", "ds", "dc", "st", "dr", "pb", "b", tail)
     w = Window.partitionBy("key").orderBy("t")
     upto = w.rangeBetween(Window.unboundedPreceding, Window.currentRow)
     slot_bytes = F.sum("dr").over(upto) + F.sum("pb").over(w.rangeBetween(Window.currentRow, Window.currentRow))
-    return (steps.select("key", "t", "ds", "dc", "st", "dr", "b", F.sum("ds").over(upto).alias("ps"),
+    return (steps.select("key", "t", "ds", "dc", "st", "dr", "pb", "b", "tail", F.sum("ds").over(upto).alias("ps"),
                          F.sum("dc").over(upto).alias("pc"), F.when(F.col("b"), slot_bytes).alias("pr"))
             .groupBy("key")
             .agg(F.sum("ds").alias("net_s"), F.sum("dc").alias("net_c"), F.max("ps").alias("max_ps"),
                  F.max("pc").alias("max_pc"), F.sum("st").alias("starts"), F.min("t").alias("t_first"),
                  F.sum("dr").alias("net_r"), F.max("pr").alias("max_pr"),
-                 F.min(F.when(F.col("b"), F.col("t"))).alias("tb_first")))
-
-
-def _spread(iv: DataFrame) -> DataFrame:
-    """Overlap seconds and bytes of every interval in every minute it touches."""
-    m = F.col("m")
-    lo = F.greatest(F.col("start"), (m * MINUTE).cast("double"))
-    hi = F.least(F.col("end"), ((m + 1) * MINUTE).cast("double"))
-    length = F.col("end") - F.col("start")
-    overlap = F.greatest(hi - lo, F.lit(0.0))
-    share = F.when(length > 0, F.col("bytes") * overlap / length).otherwise(F.col("bytes"))
-    return (iv.select("*", F.explode(F.sequence(_minute_of(F.col("start")), _minute_of(F.col("end")))).alias("m"))
-            .groupBy(_key(F.col("svc"), m).alias("key"))
-            .agg(F.sum(overlap * F.col("w_sess")).alias("sess_s"), F.sum(overlap * F.col("w_conn")).alias("conn_s"),
-                 F.sum(share).alias("bytes")))
+                 F.min(F.when(F.col("b"), F.col("t"))).alias("tb_first"),
+                 # the in-minute part of the overlap seconds and bytes (see `load_per_minute`)
+                 F.sum(F.col("ds") * F.col("tail")).alias("sess_in"), F.sum(F.col("dc") * F.col("tail")).alias("conn_in"),
+                 F.sum(F.col("dr") * F.col("tail") / window + F.col("pb")).alias("bytes_in")))
 
 
 def _with_carry(max_prefix: str, carry: str = "carry") -> Column:
@@ -166,17 +158,17 @@ def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None, wind
     if held is not None:
         peaks = peaks.persist(StorageLevel.MEMORY_AND_DISK)
         held.append(peaks)
-    spread = _spread(iv)
     # every interval has a step in its first and its last minute, so the peaks' keys span the grid
-    # (no third pass over the intervals)
+    # (no second pass over the intervals)
     grid = (peaks.groupBy(_code_of(F.col("key")).alias("svc")).agg(F.min("key").alias("lo"), F.max("key").alias("hi"))
             .select("svc", F.explode(F.sequence("lo", "hi")).alias("key")))
-    table = (grid.join(peaks, "key", "left").join(spread, "key", "left")
+    table = (grid.join(peaks, "key", "left")
              .withColumn("minute", F.col("key") - F.shiftleft(F.col("svc"), KEY_BITS))
              # the level carried in from the previous minute is only reached if nothing happens
              # exactly at the minute's first instant (the same for the byte rate and its first slot)
              .withColumn("carry", F.coalesce(F.col("t_first") > F.col("minute") * MINUTE, F.lit(True)))
              .withColumn("carry_r", F.coalesce(F.col("tb_first") > F.col("minute") * MINUTE, F.lit(True)))
+             .withColumn("byte_steps", F.col("tb_first").isNotNull())
              .fillna(0))
     before = Window.partitionBy("svc").orderBy("key").rowsBetween(Window.unboundedPreceding, -1)
     level_s = F.coalesce(F.sum("net_s").over(before), F.lit(0))
@@ -184,15 +176,26 @@ def load_per_minute(events: DataFrame, held: list[DataFrame] | None = None, wind
     level_r = F.coalesce(F.sum("net_r").over(before), F.lit(0.0))
     # +rate and -rate steps cancel only up to rounding: never report a tiny negative rate
     slot_peak = F.greatest(level_r + _with_carry("max_pr", "carry_r"), F.lit(0.0))
+    # The overlap seconds (and bytes) of a minute are the integral of the sweep's level over it: the
+    # level carried in for the whole minute plus each step's delta for the rest of the minute after it.
+    # So the sweep's one sort serves the means too, with no explode of every interval into its minutes.
+    # The terms cancel only up to rounding: never report a tiny negative.
+    sess_s = F.greatest(level_s * MINUTE + F.col("sess_in"), F.lit(0.0))
+    conn_s = F.greatest(level_c * MINUTE + F.col("conn_in"), F.lit(0.0))
+    # Every interval with bytes lies inside a session's, so with no session carried in and no byte step
+    # in the minute it moved nothing: exactly 0, not the running sum's rounding residue.
+    idle = (level_s == 0) & ~F.col("byte_steps")
+    nbytes = F.when(idle, F.lit(0.0)).otherwise(
+        F.greatest(level_r * (MINUTE // window) + F.col("bytes_in"), F.lit(0.0)))
     return (table.select(
         _service_name(F.col("svc")).alias("service"),
         F.timestamp_seconds(F.col("minute") * MINUTE).alias("minute"),
         (level_s + _with_carry("max_ps")).cast("long").alias("sessions_peak"),
-        (F.col("sess_s") / MINUTE).alias("sessions_avg"),
+        (sess_s / MINUTE).alias("sessions_avg"),
         (level_c + _with_carry("max_pc")).cast("long").alias("connections_peak"),
-        (F.col("conn_s") / MINUTE).alias("connections_avg"),
-        F.col("bytes").cast("double").alias("bytes"),
-        (F.col("bytes") / MINUTE).alias("bytes_per_s"),
+        (conn_s / MINUTE).alias("connections_avg"),
+        nbytes.alias("bytes"),
+        (nbytes / MINUTE).alias("bytes_per_s"),
         (slot_peak / window).alias("bytes_per_s_peak"),
         F.col("starts").cast("long").alias("starts")))
 
