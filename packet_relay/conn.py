@@ -19,6 +19,7 @@ from burrow.wire.http import HttpError, RequestReader, response
 from burrow.wire.websocket import WebSocketStream
 
 from .http_routes import handle_request
+from .interfaces import DerpHost
 from .peer import Peer
 from .tlsio import TLSError, TLSSession
 
@@ -35,7 +36,9 @@ class RelayConn(Peer):
     protocol = "derp"
     live_phase = "derp"
 
-    def __init__(self, server, use_tls: bool) -> None:
+    server: DerpHost
+
+    def __init__(self, server: DerpHost, use_tls: bool) -> None:
         super().__init__(server, None, TLSSession(server.ssl_context) if use_tls else None, None, "http", "")
         self.reader: RequestReader | None = RequestReader()
         self.machine: ServerConnection | None = None

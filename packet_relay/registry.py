@@ -1,11 +1,7 @@
 """Who is connected, by public key, and where a packet goes; protocol-neutral.
 
-A peer is any connection object with:
-  key: bytes; protocol: str ("derp", "iroh")
-  deliver(src: bytes, payload: bytes) -> None      queue a packet (drops are the peer's business)
-  peer_gone(key: bytes, reason: int) -> None       tell it a key it talked to left (or is not here)
-  peer_present(key: bytes, flags: int) -> None     only for watchers
-  close(reason: str) -> None                        close with an event-log close_reason
+A peer is any connection object with the RegistryPeer interface below (DERP's RelayConn, iroh's
+IrohConn).
 
 Duplicate keys: every connection stays open, and the one that receives is the most recent to
 connect, then whichever most recently sent (derper's "last writer is active"). At most
@@ -14,6 +10,8 @@ PeerGone(Disconnected) goes to every peer that received from a key when its last
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from burrow.common.limits import TokenBucket
 from burrow.wire.derp.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
@@ -27,6 +25,26 @@ NOT_HERE_RATE = 1.0         # PeerGone(NotHere) replies per second per sender, b
 NOT_HERE_BURST = 3
 
 
+class RegistryPeer(Protocol):
+    """A registered client as the registry drives it."""
+
+    key: object      # DERP: the 32-byte Curve25519 key; iroh: ("iroh", endpoint id)
+    protocol: str    # "derp" or "iroh"
+    phase: str
+
+    def deliver(self, src: bytes, payload: bytes) -> None:
+        """Queue one packet from `src` (drops are the peer's business)."""
+
+    def peer_gone(self, key: bytes, reason: int) -> None:
+        """Tell it a key it received from left (or, for disco, is not here)."""
+
+    def peer_present(self, key: bytes, flags: int) -> None:
+        """Mesh watchers only: a key arrived."""
+
+    def close(self, reason: str, abort: bool = False) -> None:
+        """Close with an event-log close_reason."""
+
+
 def looks_like_disco(payload: bytes) -> bool:
     return len(payload) >= DISCO_MIN_LEN and payload[:6] == DISCO_MAGIC
 
@@ -35,11 +53,11 @@ class Registry:
     def __init__(self, stats: RelayStats, max_dups_per_key: int = 8) -> None:
         self.stats = stats
         self.max_dups_per_key = max_dups_per_key
-        self._active: dict[bytes, object] = {}
-        self._conns: dict[bytes, list] = {}
+        self._active: dict[object, RegistryPeer] = {}
+        self._conns: dict[object, list[RegistryPeer]] = {}
         self._sent_to: dict[bytes, set[bytes]] = {}
         self._not_here: dict[bytes, TokenBucket] = {}
-        self.watchers: set = set()
+        self.watchers: set[RegistryPeer] = set()
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._conns.values())
@@ -50,10 +68,10 @@ class Registry:
     def active(self, key: bytes):
         return self._active.get(key)
 
-    def peers(self) -> list:
+    def peers(self) -> list[RegistryPeer]:
         return [p for conns in self._conns.values() for p in conns]
 
-    def register(self, peer) -> None:
+    def register(self, peer: RegistryPeer) -> None:
         conns = self._conns.setdefault(peer.key, [])
         if conns:
             self.stats.dup_conns += 1
@@ -66,7 +84,7 @@ class Registry:
             for w in self.watchers:
                 w.peer_present(peer.key, PRESENT_IS_REGULAR)
 
-    def unregister(self, peer) -> None:
+    def unregister(self, peer: RegistryPeer) -> None:
         conns = self._conns.get(peer.key)
         if not conns or peer not in conns:
             return
@@ -87,12 +105,12 @@ class Registry:
         for w in self.watchers if peer.protocol == "derp" else ():
             w.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
 
-    def note_activity(self, peer) -> None:
+    def note_activity(self, peer: RegistryPeer) -> None:
         """A connection sent something: with duplicates, it becomes the one that receives."""
         if self._active.get(peer.key) is not peer and len(self._conns.get(peer.key, ())) > 1:
             self._active[peer.key] = peer
 
-    def route(self, sender, dst: bytes, payload: bytes, now: float) -> bool:
+    def route(self, sender: RegistryPeer, dst: bytes, payload: bytes, now: float) -> bool:
         """Deliver one packet from `sender` to the active connection of `dst`.
 
         The caller counts delivered packets into stats.packets/bytes (once per read batch: cheaper).
@@ -111,14 +129,14 @@ class Registry:
             seen.add(dst)
         return True
 
-    def _reply_not_here(self, sender, dst: bytes, now: float) -> None:
+    def _reply_not_here(self, sender: RegistryPeer, dst: bytes, now: float) -> None:
         bucket = self._not_here.get(sender.key)
         if bucket is None:
             bucket = self._not_here[sender.key] = TokenBucket(NOT_HERE_RATE, NOT_HERE_BURST, now)
         if bucket.take(1, now):
             sender.peer_gone(dst, PEER_GONE_NOT_HERE)
 
-    def add_watcher(self, peer) -> None:
+    def add_watcher(self, peer: RegistryPeer) -> None:
         """Mesh peers watch: every current key now, then each arrival and departure."""
         self.watchers.add(peer)
         for key in self._active:

@@ -1,7 +1,9 @@
 """RelayServer: listeners, shared state, timers, start-up and graceful stop.
 
 Owns the registry, stats, access control, event log, STUN server and admin server; each client is a
-RelayConn (conn.py). Stop sends Restarting to every client, lets it drain briefly, then closes.
+RelayConn (conn.py), which sees the server only through the interfaces in interfaces.py (the server
+implements DerpHost, IrohHost and RouteHost). Stop sends Restarting to every client, lets it drain
+briefly, then closes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from . import keys
 from .access import AccessControl
 from .config import RelayConfig
 from .conn import RelayConn
+from .interfaces import ClosedConnection, Route
 from .iroh.service import IrohService, IrohSettings
 from .messaging_server.service import MessagingService, MessagingSettings
+from .peer import Peer
 from .registry import Registry
 from .stats import RelayStats, make_registry
 from .tls import generate_self_signed, server_context
@@ -49,8 +53,8 @@ class RelayServer:
         self.events = EventLog(config.event_log, "relay", config.node_name, config.blur_usage)
         self.mesh_key = self._load_mesh_key(config.mesh_key_file)
         self.server_info = ServerInfoJSON()
-        self.extra_routes: dict = {}
-        self.conns: set[RelayConn] = set()
+        self.extra_routes: dict[str, Route] = {}
+        self.conns: set[Peer] = set()
         self.ssl_context = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.https_port = self.http_port = self.stun_port = self.admin_port = 0
@@ -58,7 +62,7 @@ class RelayServer:
         self._stun_ephemeral = stun_ephemeral
         self._http_ephemeral = http_ephemeral
         self._servers: list[asyncio.base_events.Server] = []
-        self._dirty: list[RelayConn] = []
+        self._dirty: list[Peer] = []
         self._flush_scheduled = False
         self._stats_task: asyncio.Task | None = None
         self._stun = None
@@ -94,7 +98,7 @@ class RelayServer:
         return TokenBucket(rate, burst, time.monotonic())
 
     # ---- batching of writes: one flush pass per loop iteration
-    def mark_dirty(self, conn: RelayConn) -> None:
+    def mark_dirty(self, conn: Peer) -> None:
         self._dirty.append(conn)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -198,7 +202,7 @@ class RelayServer:
         self.events.close()
 
     # ---- event log
-    def connection_closed(self, conn: RelayConn) -> None:
+    def connection_closed(self, conn: ClosedConnection) -> None:
         self.stats.closes[(conn.protocol, conn.close_reason)] += 1
         self.events.emit(
             "connection", started=conn.started, duration=max(0.0, time.time() - conn.started),

@@ -16,6 +16,7 @@ import time
 from burrow.wire.iroh import frames as f
 from burrow.wire.websocket import MessageStream, WebSocketError, binary_header, wrap
 
+from ..interfaces import IrohConnHost
 from ..peer import Peer
 from ..tlsio import TLSError
 from .session import Authenticated, Closed, IrohSession
@@ -38,7 +39,7 @@ class IrohConn(Peer):
     home = False   # iroh has no NotePreferred; the event-log field stays false
     mesh = False
 
-    def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None,
+    def __init__(self, service: IrohConnHost, transport, tls, peer_ip: str, version: str, token: str | None,
                  header_auth: f.KeyMaterialClientAuth | None = None,
                  key_material: bytes | None = None) -> None:
         super().__init__(service.server, transport, tls, MessageStream(f.MAX_FRAME_SIZE), "iroh", peer_ip)
