@@ -181,20 +181,23 @@ class RelayConn(Peer):
             self.server.registry.add_watcher(self)
         elif t is f.ClosePeer:
             self.server.registry.close_key(ev.key, "denied")
-        elif t is f.ForwardPacket:
+        elif t is f.ForwardPacket:  # from a peer relay: delivered here or dropped, never forwarded again
+            stats = self.server.stats
+            stats.mesh_in += 1
             receiver = self.server.registry.active(ev.dst)
             if receiver is None:
-                self.server.stats.drop(self.protocol, "unknown_dest_on_fwd")
+                stats.drop(self.protocol, "unknown_dest_on_fwd")
             else:
                 receiver.deliver(ev.src, ev.payload)
-                self.server.stats.packets[self.protocol] += 1
-                self.server.stats.bytes[self.protocol] += len(ev.payload)
+                stats.packets[self.protocol] += 1
+                stats.bytes[self.protocol] += len(ev.payload)
 
     async def _verify(self, hello: ClientHello) -> None:
         server = self.server
         if hello.info.mesh_key and server.is_mesh_key(hello.info.mesh_key):
             self.mesh = True
             self.machine.max_frame_len += f.KEY_LEN  # ForwardPacket carries two keys
+            self.machine.rate = None  # peer relays are exempt from the per-client rate limit
             refusal = None
         else:
             refusal = await server.access.check(hello.key, self.peer_ip)

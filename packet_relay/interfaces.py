@@ -25,7 +25,7 @@ from .config import RelayConfig
 from .registry import Registry, RegistryPeer
 from .stats import RelayStats
 
-__all__ = ["ClosedConnection", "DerpHost", "HttpConnection", "IrohConnHost", "IrohHost", "PeerHost",
+__all__ = ["ClosedConnection", "DerpHost", "HttpConnection", "IrohConnHost", "IrohHost", "MeshHost", "PeerHost",
            "RegistryPeer", "Route", "RouteHost"]
 
 
@@ -115,6 +115,18 @@ class IrohHost(PeerHost, Protocol):
     prometheus: CollectorRegistry
 
     def new_rate_bucket(self) -> TokenBucket | None: ...
+
+
+class MeshHost(Protocol):
+    """What the mesh links (mesh.py) need: this relay's keys, the registry, the counters, batching."""
+
+    private_key: bytes
+    public_key: bytes
+    mesh_key: bytes | None
+    registry: Registry
+    stats: RelayStats
+
+    def mark_dirty(self, peer) -> None: ...
 
 
 class IrohTimers(Protocol):

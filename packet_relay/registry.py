@@ -7,6 +7,9 @@ Duplicate keys: every connection stays open, and the one that receives is the mo
 connect, then whichever most recently sent (derper's "last writer is active"). At most
 `max_dups_per_key` connections per key: the oldest beyond that is closed as `duplicate`.
 PeerGone(Disconnected) goes to every peer that received from a key when its last connection goes.
+
+With a mesh (mesh.py), a key no local client holds, or one a newer connection on a peer relay took
+over (mesh_table.py), goes out on the mesh link the forwarding table names.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from burrow.common.limits import TokenBucket
-from burrow.wire.derp.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
+from burrow.wire.derp.frames import (
+    PEER_GONE_DISCONNECTED,
+    PEER_GONE_NOT_HERE,
+    PRESENT_IS_MESH_PEER,
+    PRESENT_IS_REGULAR,
+)
 
 from .stats import RelayStats
 
@@ -45,6 +53,16 @@ class RegistryPeer(Protocol):
         """Close with an event-log close_reason."""
 
 
+class MeshRoutes(Protocol):
+    """The mesh forwarding table as the registry uses it (mesh_table.ForwardingTable)."""
+
+    routes: dict      # key -> a link with forward(src, dst, payload) -> bool
+    shadowed: set     # local keys a newer connection on a peer relay took over
+
+    def local_arrived(self, key) -> None: ...
+    def local_left(self, key) -> None: ...
+
+
 def looks_like_disco(payload: bytes) -> bool:
     return len(payload) >= DISCO_MIN_LEN and payload[:6] == DISCO_MAGIC
 
@@ -58,6 +76,14 @@ class Registry:
         self._sent_to: dict[bytes, set[bytes]] = {}
         self._not_here: dict[bytes, TokenBucket] = {}
         self.watchers: set[RegistryPeer] = set()
+        self.mesh: MeshRoutes | None = None
+        self._mesh_routes: dict = {}
+        self._shadowed: set = set()
+
+    def attach_mesh(self, mesh: MeshRoutes) -> None:
+        self.mesh = mesh
+        self._mesh_routes = mesh.routes
+        self._shadowed = mesh.shadowed
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._conns.values())
@@ -80,9 +106,13 @@ class Registry:
         self.stats.clients[peer.protocol] += 1
         if len(conns) > self.max_dups_per_key:
             conns[0].close("duplicate")  # its unregister() runs from close()
+        if self.mesh is not None:
+            self.mesh.local_arrived(peer.key)
         if len(conns) == 1 and peer.protocol == "derp":  # mesh watchers track DERP keys only
+            flags = PRESENT_IS_MESH_PEER if getattr(peer, "mesh", False) else PRESENT_IS_REGULAR
             for w in self.watchers:
-                w.peer_present(peer.key, PRESENT_IS_REGULAR)
+                if w is not peer:
+                    w.peer_present(peer.key, flags)
 
     def unregister(self, peer: RegistryPeer) -> None:
         conns = self._conns.get(peer.key)
@@ -98,6 +128,8 @@ class Registry:
         del self._conns[peer.key]
         self._active.pop(peer.key, None)
         self._not_here.pop(peer.key, None)
+        if self.mesh is not None:
+            self.mesh.local_left(peer.key)
         for dst in self._sent_to.pop(peer.key, ()):
             receiver = self._active.get(dst)
             if receiver is not None:
@@ -116,6 +148,10 @@ class Registry:
         The caller counts delivered packets into stats.packets/bytes (once per read batch: cheaper).
         """
         receiver = self._active.get(dst)
+        if receiver is None or dst in self._shadowed:
+            link = self._mesh_routes.get(dst)
+            if link is not None:
+                return link.forward(sender.key, dst, payload)
         if receiver is None:
             self.stats.drops[(sender.protocol, "unknown_dest")] += 1
             if looks_like_disco(payload):
@@ -139,9 +175,9 @@ class Registry:
     def add_watcher(self, peer: RegistryPeer) -> None:
         """Mesh peers watch: every current key now, then each arrival and departure."""
         self.watchers.add(peer)
-        for key in self._active:
+        for key, conn in self._active.items():
             if key != peer.key and type(key) is bytes:  # not the ("iroh", id) keys of iroh endpoints
-                peer.peer_present(key, PRESENT_IS_REGULAR)
+                peer.peer_present(key, PRESENT_IS_MESH_PEER if getattr(conn, "mesh", False) else PRESENT_IS_REGULAR)
 
     def close_key(self, key: bytes, reason: str) -> int:
         conns = list(self._conns.get(key, ()))

@@ -29,6 +29,7 @@ from .config import RelayConfig
 from .conn import RelayConn
 from .interfaces import ClosedConnection, Route
 from .iroh.service import IrohService, IrohSettings
+from .mesh import Mesh, MeshCollector
 from .messaging_server.service import MessagingService, MessagingSettings
 from .peer import Peer
 from .registry import Registry
@@ -70,6 +71,12 @@ class RelayServer:
         self.prometheus = make_registry(self.stats)
         self.proxy = proxy_policy("relay", config.proxy_protocol, self.prometheus)
         self.iroh = IrohService(self, IrohSettings.from_config(config))  # claims /relay and /ping
+        if config.mesh_with and self.mesh_key is None:
+            raise ValueError("--mesh-with needs --mesh-key-file (the same key on every node)")
+        self.mesh = Mesh(self, config.mesh_with, config.mesh_ca_file, config.mesh_resolve_interval)
+        if self.mesh.enabled:
+            self.registry.attach_mesh(self.mesh.table)
+            self.prometheus.register(MeshCollector(self.mesh))
         self.messaging = MessagingService(MessagingSettings.from_config(config), self.events)
         self.prometheus.register(_MessagingMetrics(self.messaging))
 
@@ -134,6 +141,8 @@ class RelayServer:
         if cfg.stun_port > 0 or self._stun_ephemeral:
             await self._start_stun()
         await self.messaging.start()
+        if self.mesh.enabled:
+            self.mesh.start()
         self._admin = AdminServer(self.prometheus, ready=lambda: self.ready, service="relay")
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = self.loop.create_task(self._stats_loop())
@@ -173,6 +182,7 @@ class RelayServer:
         for srv in self._servers:
             srv.close()
         await self.messaging.stop()
+        await self.mesh.stop()
         restarting = f.Restarting(*self._restart_ms()).encode()
         live = [c for c in self.conns if c.phase == "derp" and c.registered]
         for c in live:

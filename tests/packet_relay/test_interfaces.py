@@ -68,7 +68,8 @@ def test_no_import_cycle():
 
 def test_layers():
     deps = graph()
-    for module in ("conn", "peer", "http_routes", "interfaces", "iroh.conn", "iroh.service", "registry"):
+    for module in ("conn", "peer", "http_routes", "interfaces", "iroh.conn", "iroh.service", "registry", "mesh",
+                   "mesh_table", "mesh_session"):
         assert "server" not in deps[module], f"{module} must use the interfaces, not the server"
     assert not {"conn", "peer", "http_routes", "iroh.conn", "iroh.service"} & deps["interfaces"]
 
@@ -97,7 +98,8 @@ def missing(obj: object, proto: type) -> set[str]:
 
 async def test_the_server_and_its_parts_have_what_the_interfaces_declare(tmp_path):
     async with running_relay(tmp_path) as server:
-        for proto in (interfaces.DerpHost, interfaces.IrohHost, interfaces.RouteHost, interfaces.PeerHost):
+        for proto in (interfaces.DerpHost, interfaces.IrohHost, interfaces.RouteHost, interfaces.PeerHost,
+                      interfaces.MeshHost):
             assert missing(server, proto) == set(), proto.__name__
         assert missing(server.iroh, interfaces.IrohConnHost) == set()
         assert isinstance(server.iroh, IrohService)

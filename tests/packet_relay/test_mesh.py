@@ -1,0 +1,159 @@
+"""Three relay processes in a full mesh on 127.0.0.1: clients on different nodes reach each other
+through ForwardPacket, a node that lists itself skips itself, a killed node heals on restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from .mesh_util import Mesh, drain, exchange
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@contextlib.asynccontextmanager
+async def started(*clients):
+    try:
+        for c in clients:
+            await c.start()
+        yield clients
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def test_derp_clients_on_different_nodes_exchange_packets_both_ways(tmp_path):
+    with Mesh(tmp_path) as mesh:
+        mesh.wait_meshed()
+        n0, n1, n2 = mesh.nodes
+        async with started(n0.client(), n1.client(websocket=True), n2.client()) as (a, b, c):
+            await exchange(a, b, b"a->b over TCP, to a WebSocket client on another node")
+            await exchange(b, a, b"b->a")
+            await exchange(c, b, b"c->b")
+            await exchange(b, c, b"b->c")
+            await exchange(a, c, b"a->c")
+            await exchange(c, a, b"c->a")
+            # a burst goes through whole and in order once the route is known
+            for i in range(200):
+                await a.send(c.public_key, b"%d" % i)
+            got = [(await c.recv(timeout=5))[1] for _ in range(200)]
+            assert got == [b"%d" % i for i in range(200)]
+        for node in mesh.nodes:
+            assert node.metric("burrow_relay_mesh_peers_up") == 2     # itself listed, and skipped
+            assert node.metric("burrow_relay_mesh_peers") == 2
+        assert n0.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') >= 202
+        assert n2.metric("burrow_relay_mesh_packets_total", 'direction="from_peer"') >= 201
+
+
+async def test_a_forwarded_packet_is_never_forwarded_again(tmp_path):
+    """A key on node 1 that node 0 still believes is on node 1 after it left: node 1 drops the
+    ForwardPacket (unknown_dest_on_fwd) instead of sending it on, so nothing loops."""
+    with Mesh(tmp_path) as mesh:
+        mesh.wait_meshed()
+        n0, n1, _ = mesh.nodes
+        async with started(n0.client(), n1.client()) as (a, b):
+            await exchange(a, b, b"route known")
+            before = n1.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"')
+            # raw ForwardPacket from a mesh-key holder to node 1 for a key nobody has
+            from burrow.wire.derp import frames as f
+            from burrow.wire.derp.handshake import ClientInfoJSON
+
+            m = n1.client(reconnect=False)
+            m.info = ClientInfoJSON(mesh_key=n1.mesh_key_file.read_text().strip())
+            await m.start()
+            try:
+                m._link.write(f.ForwardPacket(a.public_key, b"\x07" * 32, b"lost").encode())
+                m._link.write(f.ForwardPacket(a.public_key, b.public_key, b"delivered").encode())
+                src, got = await b.recv(timeout=5)
+                assert (src, got) == (a.public_key, b"delivered")
+            finally:
+                await m.close()
+            assert n1.metric("burrow_relay_packets_dropped_total", 'protocol="derp",reason="unknown_dest_on_fwd"') == 1
+            assert n1.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') == before
+
+
+async def test_a_killed_node_heals_and_traffic_resumes(tmp_path):
+    with Mesh(tmp_path) as mesh:
+        mesh.wait_meshed()
+        n0, n1, n2 = mesh.nodes
+        async with started(n0.client(), n2.client()) as (a, c):
+            await exchange(a, c, b"before")
+            n1.kill()
+            # the others notice, forget node 1's keys, and keep serving each other
+            for _ in range(200):
+                if n0.metric("burrow_relay_mesh_peers_up") == 1 and n2.metric("burrow_relay_mesh_peers_up") == 1:
+                    break
+                await asyncio.sleep(0.1)
+            assert n0.metric("burrow_relay_mesh_peers_up") == 1 and n2.metric("burrow_relay_mesh_peers_up") == 1
+            await exchange(c, a, b"while node 1 is down")
+            n1.start()
+            await asyncio.to_thread(mesh.wait_meshed)
+            async with started(n1.client()) as (b,):
+                await exchange(a, b, b"to the restarted node")
+                await exchange(b, c, b"from the restarted node")
+                await drain(a)
+                await exchange(c, a, b"after")
+
+
+async def test_a_client_that_moved_is_reached_on_its_newest_node(tmp_path):
+    """Key K connects to node 1, then again to node 2 while the node-1 connection stays open:
+    packets from node 0 and from node 1 go to the node-2 connection (newest wins)."""
+    with Mesh(tmp_path) as mesh:
+        mesh.wait_meshed()
+        n0, n1, n2 = mesh.nodes
+        async with started(n0.client(), n1.client()) as (a, old):
+            await exchange(a, old, b"to the first connection")
+            async with started(n2.client(private_key=old.private_key)) as (new,):
+                await exchange(a, new, b"from node 0 to the newest connection")
+                async with started(n1.client()) as (d,):
+                    await exchange(d, new, b"from node 1, where the old connection still is")
+                    await drain(old)   # what went there before the routes converged
+                    for i in range(20):
+                        await a.send(new.public_key, b"a%d" % i)
+                        await d.send(new.public_key, b"d%d" % i)
+                    got = {(await new.recv(timeout=5))[1] for _ in range(40)}
+                    assert got == {b"%s%d" % (p, i) for p in (b"a", b"d") for i in range(20)}
+                assert old.packets.empty()
+
+
+async def test_a_flood_through_the_mesh_leaves_a_pair_on_other_nodes_unaffected(tmp_path):
+    """A sender on node 0 floods a receiver on node 1 as fast as it can; meanwhile a pair on nodes
+    1 and 2 ping-pongs: every one of its round trips completes, nothing of it is lost."""
+    with Mesh(tmp_path) as mesh:
+        mesh.wait_meshed()
+        n0, n1, n2 = mesh.nodes
+        async with started(n0.client(), n1.client(recv_queue=64), n1.client(), n2.client()) as (f, g, b, c):
+            await exchange(f, g, b"flood route")
+            await exchange(b, c, b"pair route")
+            await exchange(c, b, b"pair route back")
+            done = asyncio.Event()
+            sent = [0]
+
+            async def flood() -> None:
+                junk = bytes(1200)
+                for _ in range(20000):         # bounded: at most 20000 x 50 packets
+                    if done.is_set():
+                        return
+                    for _ in range(50):
+                        f.send_nowait(g.public_key, junk)
+                    sent[0] += 50
+                    await f.drain()
+
+            task = asyncio.create_task(flood())
+            try:
+                while sent[0] < 1000:
+                    await asyncio.sleep(0.01)
+                at_start = sent[0]
+                for i in range(50):
+                    await b.send(c.public_key, b"ping %d" % i)
+                    assert await c.recv(timeout=10) == (b.public_key, b"ping %d" % i)
+                    await c.send(b.public_key, b"pong %d" % i)
+                    assert await b.recv(timeout=10) == (c.public_key, b"pong %d" % i)
+                flooded_meanwhile = sent[0] - at_start
+            finally:
+                done.set()
+                await task
+        assert flooded_meanwhile > 0           # the pair's round trips ran during the flood
+        assert n0.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') >= 1000
