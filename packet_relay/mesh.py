@@ -324,6 +324,15 @@ class Mesh:
     def peers_up(self) -> int:
         return sum(1 for link in self.links.values() if link.state == "live")
 
+    def describe(self) -> str:
+        """The /readyz detail: one line for the mesh, one per peer address."""
+        peers = [link for link in self.links.values() if link.state != "self"]
+        lines = [f"mesh: {self.peers_up()}/{len(peers)} peers up, {len(self.table)} remote keys"]
+        for s in self.status():
+            extra = "".join(f" {k}={s[k]}" for k in ("keys", "connects", "error") if k in s and s["state"] != "self")
+            lines.append(f"  {s['peer']} {s['state']}{' synced' if s['synced'] else ''}{extra}")
+        return "\n".join(lines)  # the admin server ends the text with a newline
+
     def status(self) -> list[dict]:
         return [{"peer": link.target.label, "state": link.state, "synced": link.synced,
                  "keys": self.table.keys_via(link), "connects": link.connects,

@@ -143,7 +143,8 @@ class RelayServer:
         await self.messaging.start()
         if self.mesh.enabled:
             self.mesh.start()
-        self._admin = AdminServer(self.prometheus, ready=lambda: self.ready, service="relay")
+        self._admin = AdminServer(self.prometheus, ready=lambda: self.ready, service="relay",
+                                  detail=self.mesh.describe if self.mesh.enabled else None)
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = self.loop.create_task(self._stats_loop())
         self.ready = True

@@ -54,6 +54,10 @@ class Node:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/metrics", timeout=5) as r:
             return r.read().decode()
 
+    def readyz(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/readyz", timeout=5) as r:
+            return r.read().decode()
+
     def metric(self, name: str, labels: str = "") -> float:
         pattern = re.escape(name + (("{" + labels + "}") if labels else "")) + r" ([0-9.e+]+)"
         found = re.search(r"^" + pattern, self.metrics(), re.M)

@@ -43,6 +43,10 @@ async def test_derp_clients_on_different_nodes_exchange_packets_both_ways(tmp_pa
         for node in mesh.nodes:
             assert node.metric("burrow_relay_mesh_peers_up") == 2     # itself listed, and skipped
             assert node.metric("burrow_relay_mesh_peers") == 2
+        detail = n1.readyz().splitlines()
+        assert detail[:2] == ["ready", "mesh: 2/2 peers up, 0 remote keys"]
+        assert sorted(line.split()[1] for line in detail[2:]) == ["live", "live", "self"]
+        assert f"{n1.url} self" in n1.readyz()
         assert n0.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') >= 202
         assert n2.metric("burrow_relay_mesh_packets_total", 'direction="from_peer"') >= 201
 
