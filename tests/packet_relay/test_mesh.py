@@ -8,7 +8,10 @@ import contextlib
 
 import pytest
 
-from .mesh_util import Mesh, drain, exchange
+from burrow.packet_relay.tls import generate_self_signed
+from harness.ports import free_port
+
+from .mesh_util import Mesh, Node, drain, exchange, private_hosts_file
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -161,3 +164,26 @@ async def test_a_flood_through_the_mesh_leaves_a_pair_on_other_nodes_unaffected(
                 await task
         assert flooded_meanwhile > 0           # the pair's round trips ran during the flood
         assert n0.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') >= 1000
+
+
+async def test_peers_found_by_a_dns_name_that_resolves_to_every_node(tmp_path):
+    """One name (a headless Service in Kubernetes) resolves to the three nodes; each node is told only
+    `dns+https://relay-mesh:PORT`, finds the other two and itself (skipped) among the addresses."""
+    addresses = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    hosts = private_hosts_file(tmp_path, "relay-mesh", addresses)
+    cert, key = generate_self_signed(str(tmp_path / "tls"), ("relay-mesh", *addresses))
+    mesh_key = tmp_path / "mesh.key"
+    mesh_key.write_text("ab" * 32)
+    port = free_port(host=addresses[0])
+    nodes = [Node(tmp_path, f"node{i}", cert, key, mesh_key, host=a, port=port, hosts_file=hosts)
+             for i, a in enumerate(addresses)]
+    for node in nodes:
+        node.mesh_with = f"dns+https://relay-mesh:{port}"
+        node.extra = ["--mesh-resolve-interval", "1"]
+    with Mesh(tmp_path, nodes=nodes) as mesh:
+        mesh.wait_meshed()
+        assert "mesh: 2/2 peers up" in nodes[0].readyz()
+        assert f"https://127.0.0.2:{port} (relay-mesh) self" in nodes[0].readyz()
+        async with started(nodes[0].client(), nodes[2].client()) as (a, c):
+            await exchange(a, c, b"found by name")
+            await exchange(c, a, b"and back")
