@@ -134,11 +134,21 @@ class RelayConn(Peer):
             return
         registry = self.server.registry
         route = registry.route
-        send_packet = f.SendPacket
+        send_packet, forward_packet = f.SendPacket, f.ForwardPacket
         now = 0.0
-        packets = nbytes = fwd_packets = fwd_bytes = 0
+        packets = nbytes = fwd_packets = fwd_bytes = meshed = 0
         for ev in events:
-            if type(ev) is send_packet:
+            if type(ev) is forward_packet and self.mesh:
+                # from a peer relay: delivered here or dropped, never forwarded again
+                meshed += 1
+                receiver = registry.active(ev.dst)
+                if receiver is None:
+                    self.server.stats.drop(self.protocol, "unknown_dest_on_fwd")
+                else:
+                    receiver.deliver(ev.src, ev.payload)
+                    fwd_packets += 1
+                    fwd_bytes += len(ev.payload)
+            elif type(ev) is send_packet:
                 n = len(ev.payload)
                 packets += 1
                 nbytes += n
@@ -152,12 +162,13 @@ class RelayConn(Peer):
                 self._event(ev)
                 if self.phase == "closed":
                     break
-        if packets:
-            self.packets_in += packets
+        if packets or meshed:
+            self.packets_in += packets + meshed
             self.bytes_in += nbytes
             stats = self.server.stats
             stats.packets[self.protocol] += fwd_packets
             stats.bytes[self.protocol] += fwd_bytes
+            stats.mesh_in += meshed
 
     def _event(self, ev) -> None:
         t = type(ev)
@@ -181,16 +192,7 @@ class RelayConn(Peer):
             self.server.registry.add_watcher(self)
         elif t is f.ClosePeer:
             self.server.registry.close_key(ev.key, "denied")
-        elif t is f.ForwardPacket:  # from a peer relay: delivered here or dropped, never forwarded again
-            stats = self.server.stats
-            stats.mesh_in += 1
-            receiver = self.server.registry.active(ev.dst)
-            if receiver is None:
-                stats.drop(self.protocol, "unknown_dest_on_fwd")
-            else:
-                receiver.deliver(ev.src, ev.payload)
-                stats.packets[self.protocol] += 1
-                stats.bytes[self.protocol] += len(ev.payload)
+
 
     async def _verify(self, hello: ClientHello) -> None:
         server = self.server

@@ -108,7 +108,9 @@ class MeshLink(asyncio.Protocol):
         if self.backlog > MAX_BACKLOG:
             self.mesh.stats.drops[("mesh", "mesh_backlog")] += 1
             return False
-        self._out.append(MeshSession.forward_frame(src, dst, payload))
+        out = self._out
+        out.append(MeshSession.forward_head(src, dst, n))
+        out.append(payload)  # joined once per flush: the payload is copied once
         self.backlog += n + 69
         self.mesh.stats.mesh_out += 1
         if not self.flush_pending and not self.paused:
@@ -276,8 +278,8 @@ class Mesh:
         self.resolve_interval = resolve_interval
         self.table = ForwardingTable(server.registry.__contains__)
         self.links: dict[Target, MeshLink] = {}
-        self.ssl_context = ssl.create_default_context(cafile=ca_file)
-        self.ssl_context.set_alpn_protocols(["http/1.1"])
+        self.ca_file = ca_file
+        self.ssl_context: ssl.SSLContext | None = None
         self._resolver: asyncio.Task | None = None
 
     @property
@@ -285,6 +287,9 @@ class Mesh:
         return bool(self.static or self.dns)
 
     def start(self) -> None:
+        """After the relay's listeners are up (a --dev-tls certificate given as --mesh-ca-file exists now)."""
+        self.ssl_context = ssl.create_default_context(cafile=self.ca_file)
+        self.ssl_context.set_alpn_protocols(["http/1.1"])
         for target in self.static:
             self._add(target)
         if self.dns:

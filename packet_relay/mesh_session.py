@@ -117,5 +117,6 @@ class MeshSession:
         return f.Ping(os.urandom(8)).encode()
 
     @staticmethod
-    def forward_frame(src: bytes, dst: bytes, payload: bytes) -> bytes:
-        return f.header(f.FORWARD_PACKET, 2 * f.KEY_LEN + len(payload)) + src + dst + payload
+    def forward_head(src: bytes, dst: bytes, size: int) -> bytes:
+        """A ForwardPacket frame up to its payload (which follows unchanged)."""
+        return f.header(f.FORWARD_PACKET, 2 * f.KEY_LEN + size) + src + dst

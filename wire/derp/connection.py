@@ -136,7 +136,7 @@ class ServerConnection:
 
     def _frames(self, now: float) -> list:
         events: list = []
-        decoder, rate, send_packet = self.decoder, self.rate, f.SendPacket
+        decoder, rate, send_packet, forward_packet = self.decoder, self.rate, f.SendPacket, f.ForwardPacket
         while True:
             raw = self._held or decoder.next_raw()
             if raw is None:
@@ -154,6 +154,10 @@ class ServerConnection:
                 if len(payload) < f.KEY_LEN:
                     raise f.MalformedFrame("SendPacket: shorter than a key")
                 events.append(send_packet(payload[:32], payload[32:]))
+            elif ftype == f.FORWARD_PACKET:  # the mesh's hot path (the decoder bounded the length)
+                if len(payload) < 2 * f.KEY_LEN:
+                    raise f.MalformedFrame("ForwardPacket: shorter than two keys")
+                events.append(forward_packet(payload[:32], payload[32:64], payload[64:]))
             elif ftype == f.NOTE_PREFERRED:
                 events.append(f.NotePreferred.decode(payload))
             elif ftype == f.PING:
@@ -164,8 +168,6 @@ class ServerConnection:
                 events.append(f.WatchConns.decode(payload))
             elif ftype == f.CLOSE_PEER:
                 events.append(f.ClosePeer.decode(payload))
-            elif ftype == f.FORWARD_PACKET:
-                events.append(f.ForwardPacket.decode(payload))
             elif ftype == f.CLIENT_INFO:
                 raise f.HandshakeError("ClientInfo sent twice")
             else:
