@@ -190,6 +190,14 @@ class RelayConn(Peer):
             raise f.ProtocolError(f"{t.__name__} needs the mesh key")
         elif t is f.WatchConns:
             self.server.registry.add_watcher(self)
+        elif t is f.ForwardIroh:  # an iroh datagram frame from a peer relay: delivered here or dropped
+            stats = self.server.stats
+            stats.mesh_in += 1
+            receiver = self.server.registry.active(("iroh", ev.dst))
+            if receiver is None:
+                stats.drop("iroh", "unknown_dest_on_fwd")
+            elif not receiver.deliver_forwarded(ev.kind, ev.src, ev.body):
+                raise f.MalformedFrame(f"ForwardIroh: datagram frame type {ev.kind} is not one")
         elif t is f.ClosePeer:
             self.server.registry.close_key(ev.key, "denied")
 
@@ -198,8 +206,10 @@ class RelayConn(Peer):
         server = self.server
         if hello.info.mesh_key and server.is_mesh_key(hello.info.mesh_key):
             self.mesh = True
-            self.machine.max_frame_len += f.KEY_LEN  # ForwardPacket carries two keys
+            # ForwardPacket carries two keys; ForwardIroh a type byte and up to 3 bytes of iroh header too
+            self.machine.max_frame_len += f.KEY_LEN + 4
             self.machine.rate = None  # peer relays are exempt from the per-client rate limit
+            self.machine.mesh_extensions = True
             refusal = None
         else:
             refusal = await server.access.check(hello.key, self.peer_ip)

@@ -118,6 +118,23 @@ class MeshLink(asyncio.Protocol):
             self.mesh.server.mark_dirty(self)
         return True
 
+    def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes) -> bool:
+        """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""
+        if self.state != "live":
+            self.mesh.stats.drops[("mesh", "mesh_down")] += 1
+            return False
+        if self.backlog > MAX_BACKLOG:
+            self.mesh.stats.drops[("mesh", "mesh_backlog")] += 1
+            return False
+        self._out.append(MeshSession.forward_iroh_head(src, dst, kind, len(body)))
+        self._out.append(body)
+        self.backlog += len(body) + 70
+        self.mesh.stats.mesh_out += 1
+        if not self.flush_pending and not self.paused:
+            self.flush_pending = True
+            self.mesh.server.mark_dirty(self)
+        return True
+
     def flush(self) -> None:
         self.flush_pending = False
         if self.paused or not self._out or self.transport is None:

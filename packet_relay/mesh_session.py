@@ -40,13 +40,13 @@ class SelfConnect:
 
 @dataclass(frozen=True, slots=True)
 class Present:
-    key: bytes
+    key: bytes | tuple[str, bytes]   # a DERP key, or ("iroh", endpoint id) as the registry keys them
     initial: bool
 
 
 @dataclass(frozen=True, slots=True)
 class Gone:
-    key: bytes
+    key: bytes | tuple[str, bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +94,12 @@ class MeshSession:
         for ev in self.machine.receive_data(data):
             t = type(ev)
             if t is f.PeerPresent:
-                if not ev.flags & f.PRESENT_IS_MESH_PEER:  # another relay's mesh link, not a client
+                if ev.flags & f.PRESENT_IS_IROH:
+                    events.append(Present(("iroh", ev.key), not self.synced))
+                elif not ev.flags & f.PRESENT_IS_MESH_PEER:  # another relay's mesh link, not a client
                     events.append(Present(ev.key, not self.synced))
             elif t is f.PeerGone:
-                events.append(Gone(ev.key))
+                events.append(Gone(("iroh", ev.key) if ev.reason == f.PEER_GONE_IROH else ev.key))
             elif t is f.Pong:
                 if ev.data == self._sync_token and not self.synced:
                     self.synced = True
@@ -115,6 +117,11 @@ class MeshSession:
 
     def ping(self) -> bytes:
         return f.Ping(os.urandom(8)).encode()
+
+    @staticmethod
+    def forward_iroh_head(src: bytes, dst: bytes, kind: int, size: int) -> bytes:
+        """A ForwardIroh frame up to the datagram frame's body (which follows unchanged)."""
+        return f.header(f.FORWARD_IROH, 2 * f.KEY_LEN + 1 + size) + src + dst + bytes([kind])
 
     @staticmethod
     def forward_head(src: bytes, dst: bytes, size: int) -> bytes:

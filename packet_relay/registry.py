@@ -19,7 +19,9 @@ from typing import Protocol
 from burrow.common.limits import TokenBucket
 from burrow.wire.derp.frames import (
     PEER_GONE_DISCONNECTED,
+    PEER_GONE_IROH,
     PEER_GONE_NOT_HERE,
+    PRESENT_IS_IROH,
     PRESENT_IS_MESH_PEER,
     PRESENT_IS_REGULAR,
 )
@@ -63,6 +65,13 @@ class MeshRoutes(Protocol):
     def local_left(self, key) -> None: ...
 
 
+def _announced(peer: RegistryPeer) -> tuple[bytes, int]:
+    """How a watcher hears of a key: DERP keys as they are, iroh endpoint ids with the iroh flag."""
+    if peer.protocol == "derp":
+        return peer.key, PRESENT_IS_MESH_PEER if getattr(peer, "mesh", False) else PRESENT_IS_REGULAR
+    return peer.key[1], PRESENT_IS_IROH
+
+
 def looks_like_disco(payload: bytes) -> bool:
     return len(payload) >= DISCO_MIN_LEN and payload[:6] == DISCO_MAGIC
 
@@ -94,6 +103,12 @@ class Registry:
     def active(self, key: bytes):
         return self._active.get(key)
 
+    def remote(self, key, local) -> object | None:
+        """The mesh link to send `key`'s traffic to instead of `local` (its local connection, or None)."""
+        if local is None or key in self._shadowed:
+            return self._mesh_routes.get(key)
+        return None
+
     def peers(self) -> list[RegistryPeer]:
         return [p for conns in self._conns.values() for p in conns]
 
@@ -108,11 +123,11 @@ class Registry:
             conns[0].close("duplicate")  # its unregister() runs from close()
         if self.mesh is not None:
             self.mesh.local_arrived(peer.key)
-        if len(conns) == 1 and peer.protocol == "derp":  # mesh watchers track DERP keys only
-            flags = PRESENT_IS_MESH_PEER if getattr(peer, "mesh", False) else PRESENT_IS_REGULAR
+        if len(conns) == 1 and self.watchers:
+            key, flags = _announced(peer)
             for w in self.watchers:
                 if w is not peer:
-                    w.peer_present(peer.key, flags)
+                    w.peer_present(key, flags)
 
     def unregister(self, peer: RegistryPeer) -> None:
         conns = self._conns.get(peer.key)
@@ -134,8 +149,10 @@ class Registry:
             receiver = self._active.get(dst)
             if receiver is not None:
                 receiver.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
-        for w in self.watchers if peer.protocol == "derp" else ():
-            w.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
+        if self.watchers:
+            key, reason = (peer.key, PEER_GONE_DISCONNECTED) if peer.protocol == "derp" else (peer.key[1], PEER_GONE_IROH)
+            for w in self.watchers:
+                w.peer_gone(key, reason)
 
     def note_activity(self, peer: RegistryPeer) -> None:
         """A connection sent something: with duplicates, it becomes the one that receives."""
@@ -176,8 +193,8 @@ class Registry:
         """Mesh peers watch: every current key now, then each arrival and departure."""
         self.watchers.add(peer)
         for key, conn in self._active.items():
-            if key != peer.key and type(key) is bytes:  # not the ("iroh", id) keys of iroh endpoints
-                peer.peer_present(key, PRESENT_IS_MESH_PEER if getattr(conn, "mesh", False) else PRESENT_IS_REGULAR)
+            if key != peer.key:
+                peer.peer_present(*_announced(conn))
 
     def close_key(self, key: bytes, reason: str) -> int:
         conns = list(self._conns.get(key, ()))

@@ -263,6 +263,17 @@ class IrohConn(Peer):
         if not self.flush_pending:
             self._schedule_flush()
 
+    def deliver_forwarded(self, kind: int, src: bytes, body: bytes) -> bool:
+        """A datagram frame a peer relay forwarded (mesh ForwardIroh); False for a kind that is none."""
+        if kind not in _DELIVER_TYPE:
+            return False
+        payload = max(0, len(body) - (3 if kind == f.CLIENT_TO_RELAY_DATAGRAM_BATCH else 1))
+        self.deliver_frame(kind, src, body, payload)
+        stats = self.server.stats
+        stats.packets["iroh"] += 1
+        stats.bytes["iroh"] += payload
+        return True
+
     def deliver(self, src, payload: bytes) -> None:
         """Registry interface for DERP packets; unreachable, as no DERP key equals an iroh registry key."""
         self._drop("wrong_protocol")

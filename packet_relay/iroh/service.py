@@ -198,7 +198,12 @@ class IrohService:
     # ---- forwarding (hot path)
     def forward(self, sender: IrohConn, dst: bytes, kind: int, body: bytes, payload: int) -> None:
         server = self.server
-        receiver = server.registry.active(("iroh", dst))
+        key = ("iroh", dst)
+        receiver = server.registry.active(key)
+        link = server.registry.remote(key, receiver)
+        if link is not None:  # held by a peer relay of the mesh
+            link.forward_iroh(sender.endpoint_id, dst, kind, body)
+            return
         if receiver is None:
             server.stats.drops[("iroh", "unknown_dest")] += 1  # no "not here" signal in iroh
             return
