@@ -329,7 +329,8 @@ async def run(args) -> dict:
         try:
             ports, pids = [port for _, port in nodes], [proc.pid for proc, _ in nodes]
             results["cross_node"] = [cross_node(ports, ctx, p, total, pids) for p in (1, 4)]
-            results["forwarding"] = [forwarding(ports[1], ctx, p, total, pids[1]) for p in (1, 4)]
+            # the single-node figure of the same moment: node B alone (sender and receiver both on it)
+            results["one_node"] = [forwarding(ports[1], ctx, p, total, pids[1]) for p in (1, 4)]
         finally:
             for proc, _ in nodes:
                 proc.terminate()
@@ -344,6 +345,7 @@ async def run(args) -> dict:
                 proc.terminate()
                 proc.wait(10)
     if args.mesh_only:
+        results["forwarding"] = results["one_node"]
         return results
     with tempfile.TemporaryDirectory() as tmp:
         stun_port = free_port(socket.SOCK_DGRAM)
@@ -392,7 +394,7 @@ def _paced_bench():
 def table(r: dict) -> str:
     out = ["| measurement | result |", "|---|---|"]
     for x in r.get("cross_node", []):
-        single = next((d for d in r["forwarding"] if d["pairs"] == x["pairs"]), None)
+        single = next((d for d in r["one_node"] if d["pairs"] == x["pairs"]), None)
         versus = ""
         if single:
             one = 1e6 / single["pps_per_relay_cpu_second"]
