@@ -99,36 +99,25 @@ class MeshLink(asyncio.Protocol):
         self._task: asyncio.Task | None = None
         self._ping: asyncio.TimerHandle | None = None
 
-    # ---- the hot path: the registry calls this for a key the table maps to this link
+    # ---- the hot path: the registry (DERP) and the iroh service call these for keys the table maps here
     def forward(self, src: bytes, dst: bytes, payload: bytes) -> bool:
+        return self._queue(MeshSession.forward_head(src, dst, len(payload)), payload)
+
+    def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes) -> bool:
+        """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""
+        return self._queue(MeshSession.forward_iroh_head(src, dst, kind, len(body)), body)
+
+    def _queue(self, head: bytes, body: bytes) -> bool:
         if self.state != "live":
             self.mesh.stats.drops[("mesh", "mesh_down")] += 1
             return False
-        n = len(payload)
         if self.backlog > MAX_BACKLOG:
             self.mesh.stats.drops[("mesh", "mesh_backlog")] += 1
             return False
         out = self._out
-        out.append(MeshSession.forward_head(src, dst, n))
-        out.append(payload)  # joined once per flush: the payload is copied once
-        self.backlog += n + 69
-        self.mesh.stats.mesh_out += 1
-        if not self.flush_pending and not self.paused:
-            self.flush_pending = True
-            self.mesh.server.mark_dirty(self)
-        return True
-
-    def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes) -> bool:
-        """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""
-        if self.state != "live":
-            self.mesh.stats.drops[("mesh", "mesh_down")] += 1
-            return False
-        if self.backlog > MAX_BACKLOG:
-            self.mesh.stats.drops[("mesh", "mesh_backlog")] += 1
-            return False
-        self._out.append(MeshSession.forward_iroh_head(src, dst, kind, len(body)))
-        self._out.append(body)
-        self.backlog += len(body) + 70
+        out.append(head)
+        out.append(body)  # joined once per flush: the body is copied once
+        self.backlog += len(head) + len(body)
         self.mesh.stats.mesh_out += 1
         if not self.flush_pending and not self.paused:
             self.flush_pending = True
@@ -262,7 +251,7 @@ class MeshLink(asyncio.Protocol):
         lost = self.mesh.table.link_lost(self)
         if self.state == "live":
             log.info("mesh link %s down (%d keys forgotten)", self.target.label, lost)
-            self.mesh.stats.drops[("mesh", "mesh_down")] += len(self._out)
+            self.mesh.stats.drops[("mesh", "mesh_down")] += len(self._out) // 2  # head and body per packet
         self._out, self.backlog, self.paused, self.transport = [], 0, False, None
         if self.state not in ("self", "stopped"):
             self.state = "down"
