@@ -11,10 +11,12 @@ the mesh key, sends WatchConns and feeds PeerPresent / PeerGone into the Forward
 back-off (0.5 s doubling to 5 s, jittered); the peer's list after WatchConns resyncs the table.
 
 A packet for a key held by a peer goes out on that link as ForwardPacket. Writes are batched (one
-write per loop pass, like every client connection); while the peer is not reading, up to
-`MAX_BACKLOG` bytes wait and further packets are dropped and counted (`mesh_backlog`), so a slow
-peer costs memory bounded per link and never stalls the sender. Packets that arrive by
-ForwardPacket are only ever delivered locally (conn.py), never forwarded again.
+write per loop pass, like every client connection). While the peer is not reading (the link's socket
+buffer is full) every client that sends into the link has its reading paused until the link drains,
+as derper's blocking mesh write does: a fast sender is slowed to what the mesh carries instead of
+losing most of its packets. What arrives meanwhile waits, up to `MAX_BACKLOG` bytes per link; beyond
+that packets are dropped and counted (`mesh_backlog`). Packets that arrive by ForwardPacket are only
+ever delivered locally (conn.py), never forwarded again.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class MeshLink(asyncio.Protocol):
         self.backlog = 0
         self.paused = False
         self.flush_pending = False
+        self.held: list = []          # senders whose reading waits for this link to drain
         self.last_rx = 0.0
         self._closed: asyncio.Future | None = None
         self._watching: asyncio.Future | None = None
@@ -100,14 +103,14 @@ class MeshLink(asyncio.Protocol):
         self._ping: asyncio.TimerHandle | None = None
 
     # ---- the hot path: the registry (DERP) and the iroh service call these for keys the table maps here
-    def forward(self, src: bytes, dst: bytes, payload: bytes) -> bool:
-        return self._queue(MeshSession.forward_head(src, dst, len(payload)), payload)
+    def forward(self, src: bytes, dst: bytes, payload: bytes, sender=None) -> bool:
+        return self._queue(MeshSession.forward_head(src, dst, len(payload)), payload, sender)
 
-    def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes) -> bool:
+    def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes, sender=None) -> bool:
         """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""
-        return self._queue(MeshSession.forward_iroh_head(src, dst, kind, len(body)), body)
+        return self._queue(MeshSession.forward_iroh_head(src, dst, kind, len(body)), body, sender)
 
-    def _queue(self, head: bytes, body: bytes) -> bool:
+    def _queue(self, head: bytes, body: bytes, sender) -> bool:
         if self.state != "live":
             self.mesh.stats.drops[("mesh", "mesh_down")] += 1
             return False
@@ -119,10 +122,22 @@ class MeshLink(asyncio.Protocol):
         out.append(body)  # joined once per flush: the body is copied once
         self.backlog += len(head) + len(body)
         self.mesh.stats.mesh_out += 1
-        if not self.flush_pending and not self.paused:
+        if self.paused:
+            if sender is not None and sender not in self.held and sender.transport is not None:
+                sender.transport.pause_reading()  # back-pressure: the peer is behind
+                self.held.append(sender)
+                self.mesh.stats.mesh_held += 1
+        elif not self.flush_pending:
             self.flush_pending = True
             self.mesh.server.mark_dirty(self)
         return True
+
+    def _release(self) -> None:
+        held, self.held = self.held, []
+        for sender in held:
+            transport = sender.transport
+            if sender.phase == sender.live_phase and transport is not None and not transport.is_closing():
+                transport.resume_reading()
 
     def flush(self) -> None:
         self.flush_pending = False
@@ -243,6 +258,7 @@ class MeshLink(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.paused = False
         self.flush()
+        self._release()
 
     def connection_lost(self, exc) -> None:
         if self._ping is not None:
@@ -253,6 +269,7 @@ class MeshLink(asyncio.Protocol):
             log.info("mesh link %s down (%d keys forgotten)", self.target.label, lost)
             self.mesh.stats.drops[("mesh", "mesh_down")] += len(self._out) // 2  # head and body per packet
         self._out, self.backlog, self.paused, self.transport = [], 0, False, None
+        self._release()
         if self.state not in ("self", "stopped"):
             self.state = "down"
         self._resolve_watching(ConnectionError("peer closed the connection"))
@@ -382,3 +399,7 @@ class MeshCollector:
             if proto == "mesh":
                 drops.add_metric([reason], n)
         yield drops
+        held = CounterMetricFamily("burrow_relay_mesh_senders_paused", "Times a client's reading paused "
+                                   "because the mesh link its packets go to was backed up")
+        held.add_metric([], stats.mesh_held)
+        yield held

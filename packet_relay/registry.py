@@ -168,7 +168,7 @@ class Registry:
         if receiver is None or dst in self._shadowed:
             link = self._mesh_routes.get(dst)
             if link is not None:
-                return link.forward(sender.key, dst, payload)
+                return link.forward(sender.key, dst, payload, sender)
         if receiver is None:
             self.stats.drops[(sender.protocol, "unknown_dest")] += 1
             if looks_like_disco(payload):

@@ -202,7 +202,7 @@ class IrohService:
         receiver = server.registry.active(key)
         link = server.registry.remote(key, receiver)
         if link is not None:  # held by a peer relay of the mesh
-            link.forward_iroh(sender.endpoint_id, dst, kind, body)
+            link.forward_iroh(sender.endpoint_id, dst, kind, body, sender)
             return
         if receiver is None:
             server.stats.drops[("iroh", "unknown_dest")] += 1  # no "not here" signal in iroh
