@@ -378,6 +378,8 @@ class MeshCollector:
     def collect(self):
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        from burrow.common.metrics import labelled_counter
+
         mesh, stats = self.mesh, self.mesh.stats
         up = GaugeMetricFamily("burrow_relay_mesh_peers_up", "Mesh links to peer relays that are up")
         up.add_metric([], mesh.peers_up())
@@ -393,12 +395,10 @@ class MeshCollector:
         packets.add_metric(["to_peer"], stats.mesh_out)
         packets.add_metric(["from_peer"], stats.mesh_in)
         yield packets
-        drops = CounterMetricFamily("burrow_relay_mesh_forward_drops", "Packets for a peer relay dropped: "
-                                    "link down, or its backlog full", labels=["reason"])
-        for (proto, reason), n in stats.drops.items():
-            if proto == "mesh":
-                drops.add_metric([reason], n)
-        yield drops
+        yield labelled_counter("burrow_relay_mesh_forward_drops", "Packets for a peer relay dropped: link down, "
+                               "or its backlog full", ["reason"],
+                               {(reason,): n for (proto, reason), n in stats.drops.items() if proto == "mesh"},
+                               [("mesh_down",), ("mesh_backlog",)])
         held = CounterMetricFamily("burrow_relay_mesh_senders_paused", "Times a client's reading paused "
                                    "because the mesh link its packets go to was backed up")
         held.add_metric([], stats.mesh_held)
