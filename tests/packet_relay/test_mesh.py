@@ -48,6 +48,15 @@ async def test_derp_clients_on_different_nodes_exchange_packets_both_ways(tmp_pa
         for node in mesh.nodes:
             assert node.metric("burrow_relay_mesh_peers_up") == 2     # itself listed, and skipped
             assert node.metric("burrow_relay_mesh_peers") == 2
+        # the mesh families follow the metrics rules: one family per name, samples from the start
+        from prometheus_client.parser import text_string_to_metric_families
+
+        fams = list(text_string_to_metric_families(n1.metrics()))
+        names = [f.name for f in fams]
+        assert len(names) == len(set(names)) and all(f.samples for f in fams)
+        assert {"burrow_relay_mesh_peers_up", "burrow_relay_mesh_peers", "burrow_relay_mesh_remote_keys",
+                "burrow_relay_mesh_packets", "burrow_relay_mesh_forward_drops",
+                "burrow_relay_mesh_senders_paused"} <= set(names)
         detail = n1.readyz().splitlines()
         assert detail[:2] == ["ready", "mesh: 2/2 peers up, 0 remote keys"]
         assert sorted(line.split()[1] for line in detail[2:]) == ["live", "live", "self"]
