@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from burrow.wire.proxy_protocol import encode_v2
+
 from .interfaces import MeshHost
 from .mesh_session import Gone, MeshError, MeshSession, Present, SelfConnect, Synced, Watching
 from .mesh_table import ForwardingTable
@@ -188,10 +190,12 @@ class MeshLink(asyncio.Protocol):
         server = self.mesh.server
         host = f"[{t.name}]" if ":" in t.name else t.name
         self.session = MeshSession(server.private_key, server.public_key, server.mesh_key, f"{host}:{t.port}")
+        tls = {"ssl": self.mesh.ssl_context, "server_hostname": t.name} if t.tls else {}
         async with asyncio.timeout(CONNECT_TIMEOUT):
-            await loop.create_connection(lambda: self, t.address, t.port,
-                                         ssl=self.mesh.ssl_context if t.tls else None,
-                                         server_hostname=t.name if t.tls else None)
+            if self.mesh.proxy_header:  # the LOCAL header goes before TLS, on the bare TCP connection
+                await loop.create_connection(lambda: self, sock=await _proxied_socket(t.address, t.port), **tls)
+            else:
+                await loop.create_connection(lambda: self, t.address, t.port, **tls)
             await asyncio.shield(self._watching)
 
     # ---- asyncio.Protocol
@@ -290,12 +294,30 @@ class MeshLink(asyncio.Protocol):
         self._arm_ping()
 
 
+async def _proxied_socket(host: str, port: int) -> socket.socket:
+    """A TCP connection that has sent a PROXY v2 LOCAL header (a relay's own connection, no client)."""
+    loop = asyncio.get_running_loop()
+    family, kind, proto, _, address = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setblocking(False)
+    try:
+        await loop.sock_connect(sock, address)
+        await loop.sock_sendall(sock, encode_v2(None, None, local=True))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class Mesh:
     """All the links of this relay, the table they fill, and DNS discovery of peers."""
 
     def __init__(self, server: MeshHost, peers: str | None, ca_file: str | None = None,
-                 resolve_interval: float = 30.0) -> None:
+                 resolve_interval: float = 30.0, proxy_header: bool = False) -> None:
+        """`proxy_header`: this relay's listeners want PROXY headers, so its peers' do too (one config for
+        all nodes): links open with a LOCAL header (no client address: a relay's own connection)."""
         self.server = server
+        self.proxy_header = proxy_header
         self.stats = server.stats
         self.static, self.dns = parse_peers(peers)
         self.resolve_interval = resolve_interval

@@ -73,7 +73,8 @@ class RelayServer:
         self.iroh = IrohService(self, IrohSettings.from_config(config))  # claims /relay and /ping
         if config.mesh_with and self.mesh_key is None:
             raise ValueError("--mesh-with needs --mesh-key-file (the same key on every node)")
-        self.mesh = Mesh(self, config.mesh_with, config.mesh_ca_file, config.mesh_resolve_interval)
+        self.mesh = Mesh(self, config.mesh_with, config.mesh_ca_file, config.mesh_resolve_interval,
+                         proxy_header=config.proxy_protocol)
         if self.mesh.enabled:
             self.registry.attach_mesh(self.mesh.table)
             self.prometheus.register(MeshCollector(self.mesh))

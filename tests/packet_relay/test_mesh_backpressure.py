@@ -76,3 +76,18 @@ async def test_a_backed_up_mesh_link_pauses_its_senders_instead_of_dropping(tmp_
             with contextlib.suppress(Exception):
                 await s.close()
                 await r.close()
+
+
+async def test_relays_behind_proxy_protocol_mesh_with_a_local_header(tmp_path):
+    """With --proxy-protocol every connection must open with a PROXY header; mesh links send a LOCAL one."""
+    mesh_key = tmp_path / "mesh.key"
+    mesh_key.write_text(os.urandom(32).hex())
+    ports = [free_port(), free_port()]
+    common = dict(tls_dir=str(tmp_path / "tls"), mesh_key_file=str(mesh_key), mesh_ca_file=str(tmp_path / "tls/relay.crt"),
+                  mesh_with=",".join(f"https://127.0.0.1:{p}" for p in ports), proxy_protocol=True)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    async with running_relay(tmp_path / "a", https_port=ports[0], **common) as a, \
+            running_relay(tmp_path / "b", https_port=ports[1], **common) as b:
+        await wait_until(lambda: a.mesh.peers_up() == 1 and b.mesh.peers_up() == 1, "the mesh")
+        assert all(link.synced for link in a.mesh.links.values() if link.state == "live")
