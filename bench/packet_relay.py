@@ -6,6 +6,9 @@ load generator on the other core. Every phase is bounded (packet counts and a fe
 
   forwarding   1200-byte packets, 1 / 4 / 16 sender->receiver pairs over TLS: packets/s, Gbit/s
                of payload delivered, and drops
+  cross-node   two relays meshed over TLS (--mesh-with), senders on node A, receivers on node B:
+               packets/s, drops, and relay CPU per packet summed over both nodes, against the
+               single-node figure (both nodes share the relay core)
   latency      one pair echoing single packets: relay round trip / 2 (p50, p99), idle and while
                4 other pairs flood
   iroh         the same forwarding over the iroh relay protocol (WebSocket /relay, single and
@@ -14,7 +17,7 @@ load generator on the other core. Every phase is bounded (packet counts and a fe
   STUN         Binding requests answered per second, our server vs coturn (`turnserver -S`), same
                client, same core
 
-Usage: .venv/bin/python bench/packet_relay.py [--quick] [--idle N] [--json PATH]
+Usage: .venv/bin/python bench/packet_relay.py [--quick] [--idle N] [--json PATH] [--mesh-only]
 """
 
 from __future__ import annotations
@@ -53,10 +56,11 @@ BACKGROUND_PPS = 5000  # per background pair in the latency phase
 UPGRADE = b"GET /derp HTTP/1.1\r\nHost: bench\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n"
 
 
-def start_relay(tmp: str, stun_port: int) -> tuple[subprocess.Popen, int]:
+def start_relay(tmp: str, stun_port: int, https_port: int = 0, name: str = "relay",
+                extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "burrow.packet_relay", "--host", "127.0.0.1", "--dev-tls", "--tls-dir", tmp + "/tls",
-           "--https-port", "0", "--admin-port", "0", "--stun-port", str(stun_port),
-           "--stun-rate-per-source", "0", "--key-file", tmp + "/relay.key"]
+           "--https-port", str(https_port), "--admin-port", "0", "--stun-port", str(stun_port),
+           "--stun-rate-per-source", "0", "--key-file", f"{tmp}/{name}.key", *extra]
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -119,6 +123,57 @@ def forwarding(port: int, ctx, pairs: int, total: int, relay_pid: int) -> dict:
     return {"pairs": pairs, "sent": sent, "delivered": got, "seconds": elapsed, "pps": got / elapsed,
             "gbps": got * PKT * 8 / elapsed / 1e9, "drop_pct": 100.0 * (sent - got) / sent,
             "relay_cpu_pct": 100.0 * cpu / elapsed, "pps_per_relay_cpu_second": got / max(cpu, 1e-9)}
+
+
+def start_mesh(tmp: str, tls: bool = True) -> list[tuple[subprocess.Popen, int]]:
+    """Two relays meshed with each other (one certificate, one mesh key), on the relay core; the mesh
+    links over TLS, or over each node's plain --http-port (a private network between nodes)."""
+    with open(tmp + "/mesh.key", "w") as fh:
+        fh.write(os.urandom(32).hex())
+    ports, plain = [free_port(), free_port()], [free_port(), free_port()]
+    peers = ",".join(f"https://127.0.0.1:{p}" for p in ports) if tls else \
+        ",".join(f"http://127.0.0.1:{p}" for p in plain)
+    extra = ("--mesh-key-file", tmp + "/mesh.key", "--mesh-with", peers, "--mesh-ca-file", tmp + "/tls/relay.crt")
+    return [start_relay(tmp, 0, port, f"node{i}", (*extra, "--http-port", str(plain[i])))
+            for i, port in enumerate(ports)]
+
+
+def wait_route(sender: ssl.SSLSocket, receiver: ssl.SSLSocket, dst: bytes) -> None:
+    """Send single packets until one arrives (the mesh learns the receiver a moment after it connects),
+    then read until quiet so nothing of the warm-up is counted later."""
+    receiver.settimeout(0.1)
+    for _ in range(200):
+        sender.sendall(send_blob(dst, 1))
+        try:
+            if receiver.recv(65536):
+                break
+        except TimeoutError:
+            continue
+    else:
+        raise SystemExit("the mesh never delivered a packet")
+    receiver.settimeout(0.3)
+    try:
+        while receiver.recv(65536):
+            pass
+    except TimeoutError:
+        pass
+    receiver.settimeout(None)
+
+
+def cross_node(ports: list[int], ctx, pairs: int, total: int, pids: list[int]) -> dict:
+    senders = [connect_blocking(ports[0], ctx) for _ in range(pairs)]
+    receivers = [connect_blocking(ports[1], ctx) for _ in range(pairs)]
+    for (s, _), (r, key) in zip(senders, receivers, strict=True):
+        wait_route(s, r, key)
+    batch = 64
+    rounds = total // pairs // batch
+    blobs = [send_blob(key, batch) for _, key in receivers]
+    got_bytes, elapsed, cpu = pump([s for s, _ in senders], [r for r, _ in receivers], blobs, rounds,
+                                   rounds * batch * RECV_FRAME, pids)
+    sent, got = pairs * rounds * batch, sum(n // RECV_FRAME for n in got_bytes)
+    return {"pairs": pairs, "sent": sent, "delivered": got, "seconds": elapsed, "pps": got / elapsed,
+            "drop_pct": 100.0 * (sent - got) / sent, "relay_cpu_pct": 100.0 * cpu / elapsed,
+            "us_per_packet": 1e6 * cpu / max(got, 1)}
 
 
 def send_blob(dst: bytes, n: int) -> bytes:
@@ -268,12 +323,35 @@ async def run(args) -> dict:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     results: dict = {}
+    total = 30_000 if args.quick else 120_000
+    with tempfile.TemporaryDirectory() as tmp:
+        nodes = start_mesh(tmp)
+        try:
+            ports, pids = [port for _, port in nodes], [proc.pid for proc, _ in nodes]
+            results["cross_node"] = [cross_node(ports, ctx, p, total, pids) for p in (1, 4)]
+            # the single-node figure of the same moment: node B alone (sender and receiver both on it)
+            results["one_node"] = [forwarding(ports[1], ctx, p, total, pids[1]) for p in (1, 4)]
+        finally:
+            for proc, _ in nodes:
+                proc.terminate()
+                proc.wait(10)
+    with tempfile.TemporaryDirectory() as tmp:
+        nodes = start_mesh(tmp, tls=False)
+        try:
+            ports, pids = [port for _, port in nodes], [proc.pid for proc, _ in nodes]
+            results["cross_node"].append({**cross_node(ports, ctx, 1, total, pids), "plain": True})
+        finally:
+            for proc, _ in nodes:
+                proc.terminate()
+                proc.wait(10)
+    if args.mesh_only:
+        results["forwarding"] = results["one_node"]
+        return results
     with tempfile.TemporaryDirectory() as tmp:
         stun_port = free_port(socket.SOCK_DGRAM)
         relay, port = start_relay(tmp, stun_port)
         try:
             results["memory"] = await idle_memory(port, ctx, relay.pid, args.idle)
-            total = 30_000 if args.quick else 120_000
             results["forwarding"] = [forwarding(port, ctx, p, total, relay.pid) for p in (1, 4, 16)]
             iroh = _iroh_bench()
             results["iroh"] = [iroh.iroh_forwarding(port, ctx, p, total, relay.pid, batch=b)
@@ -315,11 +393,23 @@ def _paced_bench():
 
 def table(r: dict) -> str:
     out = ["| measurement | result |", "|---|---|"]
+    for x in r.get("cross_node", []):
+        single = next((d for d in r["one_node"] if d["pairs"] == x["pairs"]), None)
+        versus = ""
+        if single:
+            one = 1e6 / single["pps_per_relay_cpu_second"]
+            versus = f"; one node {one:.1f} µs: ratio {x['us_per_packet'] / one:.2f}"
+        link = "plain TCP" if x.get("plain") else "TLS"
+        out.append(f"| cross-node forwarding, {x['pairs']} pair(s), node A -> mesh ({link}) -> node B | "
+                   f"{x['pps']:,.0f} packets/s, {x['drop_pct']:.1f}% dropped, relay CPU "
+                   f"{x['us_per_packet']:.1f} µs per packet summed over both nodes{versus} |")
     for x in r["forwarding"]:
         out.append(f"| forwarding, {x['pairs']} pair(s), 1200-byte packets over TLS | "
                    f"{x['pps']:,.0f} packets/s = {x['gbps']:.2f} Gbit/s payload, {x['drop_pct']:.1f}% dropped, "
                    f"relay CPU {x['relay_cpu_pct']:.0f}% of one core "
                    f"({x['pps_per_relay_cpu_second'] * PKT * 8 / 1e9:.2f} Gbit/s per relay CPU-second) |")
+    if "latency" not in r:
+        return "\n".join(out)
     for x in r.get("iroh", []):
         derp = next((d for d in r["forwarding"] if d["pairs"] == x["pairs"]), None)
         kind = "batches of 10 datagrams (type 5)" if x["batch"] else "single datagrams (type 4)"
@@ -350,6 +440,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
     p.add_argument("--idle", type=int, default=1000, help="idle TLS connections for the memory figure")
     p.add_argument("--json", help="also write the raw results here")
+    p.add_argument("--mesh-only", action="store_true", help="only the single-node and cross-node forwarding rows")
     args = p.parse_args()
     results = asyncio.run(run(args))
     print(table(results))

@@ -41,6 +41,11 @@ class RelayConfig:
     access_callout_timeout: float = setting(5.0, "timeout of one access callout", "s")
     mesh_key_file: str | None = setting(None, "file with the 64-hex mesh key; clients presenting it may "
                                         "WatchConns, ClosePeer and ForwardPacket")
+    mesh_with: str | None = setting(None, "peer relays to mesh with, comma-separated: https://host:port or "
+                                    "http://host:port, or dns+https://name:port for every address a DNS "
+                                    "name resolves to (a headless Service); this node may be listed too")
+    mesh_ca_file: str | None = setting(None, "CA bundle to verify https:// mesh peers (default: the system's)")
+    mesh_resolve_interval: float = setting(30.0, "seconds between lookups of dns+ mesh names", "s")
     rate_limit_bytes_per_sec: int = setting(0, "per-client receive rate (0 = unlimited); over it, reading "
                                             "pauses (TCP back-pressure)", "bytes/s",
                                             name="receive_rate", aliases=("rate_limit_bytes_per_sec",))

@@ -19,6 +19,7 @@ from burrow.wire.http import HttpError, RequestReader, response
 from burrow.wire.websocket import WebSocketStream
 
 from .http_routes import handle_request
+from .interfaces import DerpHost
 from .peer import Peer
 from .tlsio import TLSError, TLSSession
 
@@ -35,7 +36,9 @@ class RelayConn(Peer):
     protocol = "derp"
     live_phase = "derp"
 
-    def __init__(self, server, use_tls: bool) -> None:
+    server: DerpHost
+
+    def __init__(self, server: DerpHost, use_tls: bool) -> None:
         super().__init__(server, None, TLSSession(server.ssl_context) if use_tls else None, None, "http", "")
         self.reader: RequestReader | None = RequestReader()
         self.machine: ServerConnection | None = None
@@ -131,11 +134,21 @@ class RelayConn(Peer):
             return
         registry = self.server.registry
         route = registry.route
-        send_packet = f.SendPacket
+        send_packet, forward_packet = f.SendPacket, f.ForwardPacket
         now = 0.0
-        packets = nbytes = fwd_packets = fwd_bytes = 0
+        packets = nbytes = fwd_packets = fwd_bytes = meshed = 0
         for ev in events:
-            if type(ev) is send_packet:
+            if type(ev) is forward_packet and self.mesh:
+                # from a peer relay: delivered here or dropped, never forwarded again
+                meshed += 1
+                receiver = registry.active(ev.dst)
+                if receiver is None:
+                    self.server.stats.drop(self.protocol, "unknown_dest_on_fwd")
+                else:
+                    receiver.deliver(ev.src, ev.payload)
+                    fwd_packets += 1
+                    fwd_bytes += len(ev.payload)
+            elif type(ev) is send_packet:
                 n = len(ev.payload)
                 packets += 1
                 nbytes += n
@@ -149,12 +162,13 @@ class RelayConn(Peer):
                 self._event(ev)
                 if self.phase == "closed":
                     break
-        if packets:
-            self.packets_in += packets
+        if packets or meshed:
+            self.packets_in += packets + meshed
             self.bytes_in += nbytes
             stats = self.server.stats
             stats.packets[self.protocol] += fwd_packets
             stats.bytes[self.protocol] += fwd_bytes
+            stats.mesh_in += meshed
 
     def _event(self, ev) -> None:
         t = type(ev)
@@ -176,22 +190,26 @@ class RelayConn(Peer):
             raise f.ProtocolError(f"{t.__name__} needs the mesh key")
         elif t is f.WatchConns:
             self.server.registry.add_watcher(self)
+        elif t is f.ForwardIroh:  # an iroh datagram frame from a peer relay: delivered here or dropped
+            stats = self.server.stats
+            stats.mesh_in += 1
+            receiver = self.server.registry.active(("iroh", ev.dst))
+            if receiver is None:
+                stats.drop("iroh", "unknown_dest_on_fwd")
+            elif not receiver.deliver_forwarded(ev.kind, ev.src, ev.body):
+                raise f.MalformedFrame(f"ForwardIroh: datagram frame type {ev.kind} is not one")
         elif t is f.ClosePeer:
             self.server.registry.close_key(ev.key, "denied")
-        elif t is f.ForwardPacket:
-            receiver = self.server.registry.active(ev.dst)
-            if receiver is None:
-                self.server.stats.drop(self.protocol, "unknown_dest_on_fwd")
-            else:
-                receiver.deliver(ev.src, ev.payload)
-                self.server.stats.packets[self.protocol] += 1
-                self.server.stats.bytes[self.protocol] += len(ev.payload)
+
 
     async def _verify(self, hello: ClientHello) -> None:
         server = self.server
         if hello.info.mesh_key and server.is_mesh_key(hello.info.mesh_key):
             self.mesh = True
-            self.machine.max_frame_len += f.KEY_LEN  # ForwardPacket carries two keys
+            # ForwardPacket carries two keys; ForwardIroh a type byte and up to 3 bytes of iroh header too
+            self.machine.max_frame_len += f.KEY_LEN + 4
+            self.machine.rate = None  # peer relays are exempt from the per-client rate limit
+            self.machine.mesh_extensions = True
             refusal = None
         else:
             refusal = await server.access.check(hello.key, self.peer_ip)

@@ -7,7 +7,8 @@
 /generate_204                  204; echoes X-Tailscale-Challenge as X-Tailscale-Response (and iroh's
                                X-Iroh-Challenge as X-Iroh-Response)
 /                              small status page;  /robots.txt  disallow all
-`server.extra_routes[path](conn, request, rest)` lets another protocol (iroh) claim a path.
+`server.extra_routes[path](conn, request, rest)` (an interfaces.Route) lets another protocol (iroh)
+claim a path.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import re
 from burrow.wire.http import Request, response, websocket_accept
 from burrow.wire.websocket import WebSocketStream
 
+from .interfaces import HttpConnection, RouteHost
+
 CHALLENGE_RE = re.compile(r"^[A-Za-z0-9._\-:]{1,64}$")
 NO_CACHE = "no-cache, no-store, must-revalidate, no-transform, max-age=0"
 
 
-def handle_request(conn, req: Request, rest: bytes) -> None:
+def handle_request(conn: HttpConnection, req: Request, rest: bytes) -> None:
     server = conn.server
     path = req.path
     head = req.method == "HEAD"
@@ -59,12 +62,12 @@ def handle_request(conn, req: Request, rest: bytes) -> None:
     return _reply(conn, response(404, {"Content-Type": "text/plain"}, b"not found\n", head_only=head))
 
 
-def _reply(conn, data: bytes) -> None:
+def _reply(conn: HttpConnection, data: bytes) -> None:
     conn.write_raw(data)
     conn.close("client")
 
 
-def _derp(conn, req: Request, rest: bytes) -> None:
+def _derp(conn: HttpConnection, req: Request, rest: bytes) -> None:
     server = conn.server
     upgrade = req.header("upgrade").strip().lower()
     if upgrade == "websocket" and "derp" in req.tokens("sec-websocket-protocol"):
@@ -86,7 +89,7 @@ def _derp(conn, req: Request, rest: bytes) -> None:
     conn.start_derp("upgrade", rest, None)
 
 
-def status_page(server) -> bytes:
+def status_page(server: RouteHost) -> bytes:
     s = server.stats
     rows = [
         ("server public key", "nodekey:" + server.public_key.hex()),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .interfaces import PeerHost
 from .queues import SendQueue
 from .tlsio import TLSError
 
@@ -24,7 +25,7 @@ class Peer(asyncio.Protocol):
     live_phase = ""
     abort_on_write_timeout = True   # a client that stopped reading gets its unsent bytes dropped
 
-    def __init__(self, server, transport, tls, ws, phase: str, peer_ip: str) -> None:
+    def __init__(self, server: PeerHost, transport, tls, ws, phase: str, peer_ip: str) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = transport
         self.tls = tls

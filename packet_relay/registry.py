@@ -1,22 +1,30 @@
 """Who is connected, by public key, and where a packet goes; protocol-neutral.
 
-A peer is any connection object with:
-  key: bytes; protocol: str ("derp", "iroh")
-  deliver(src: bytes, payload: bytes) -> None      queue a packet (drops are the peer's business)
-  peer_gone(key: bytes, reason: int) -> None       tell it a key it talked to left (or is not here)
-  peer_present(key: bytes, flags: int) -> None     only for watchers
-  close(reason: str) -> None                        close with an event-log close_reason
+A peer is any connection object with the RegistryPeer interface below (DERP's RelayConn, iroh's
+IrohConn).
 
 Duplicate keys: every connection stays open, and the one that receives is the most recent to
 connect, then whichever most recently sent (derper's "last writer is active"). At most
 `max_dups_per_key` connections per key: the oldest beyond that is closed as `duplicate`.
 PeerGone(Disconnected) goes to every peer that received from a key when its last connection goes.
+
+With a mesh (mesh.py), a key no local client holds, or one a newer connection on a peer relay took
+over (mesh_table.py), goes out on the mesh link the forwarding table names.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from burrow.common.limits import TokenBucket
-from burrow.wire.derp.frames import PEER_GONE_DISCONNECTED, PEER_GONE_NOT_HERE, PRESENT_IS_REGULAR
+from burrow.wire.derp.frames import (
+    PEER_GONE_DISCONNECTED,
+    PEER_GONE_IROH,
+    PEER_GONE_NOT_HERE,
+    PRESENT_IS_IROH,
+    PRESENT_IS_MESH_PEER,
+    PRESENT_IS_REGULAR,
+)
 
 from .stats import RelayStats
 
@@ -27,6 +35,43 @@ NOT_HERE_RATE = 1.0         # PeerGone(NotHere) replies per second per sender, b
 NOT_HERE_BURST = 3
 
 
+class RegistryPeer(Protocol):
+    """A registered client as the registry drives it."""
+
+    key: object      # DERP: the 32-byte Curve25519 key; iroh: ("iroh", endpoint id)
+    protocol: str    # "derp" or "iroh"
+    phase: str
+
+    def deliver(self, src: bytes, payload: bytes) -> None:
+        """Queue one packet from `src` (drops are the peer's business)."""
+
+    def peer_gone(self, key: bytes, reason: int) -> None:
+        """Tell it a key it received from left (or, for disco, is not here)."""
+
+    def peer_present(self, key: bytes, flags: int) -> None:
+        """Mesh watchers only: a key arrived."""
+
+    def close(self, reason: str, abort: bool = False) -> None:
+        """Close with an event-log close_reason."""
+
+
+class MeshRoutes(Protocol):
+    """The mesh forwarding table as the registry uses it (mesh_table.ForwardingTable)."""
+
+    routes: dict      # key -> a link with forward(src, dst, payload) -> bool
+    shadowed: set     # local keys a newer connection on a peer relay took over
+
+    def local_arrived(self, key) -> None: ...
+    def local_left(self, key) -> None: ...
+
+
+def _announced(peer: RegistryPeer) -> tuple[bytes, int]:
+    """How a watcher hears of a key: DERP keys as they are, iroh endpoint ids with the iroh flag."""
+    if peer.protocol == "derp":
+        return peer.key, PRESENT_IS_MESH_PEER if getattr(peer, "mesh", False) else PRESENT_IS_REGULAR
+    return peer.key[1], PRESENT_IS_IROH
+
+
 def looks_like_disco(payload: bytes) -> bool:
     return len(payload) >= DISCO_MIN_LEN and payload[:6] == DISCO_MAGIC
 
@@ -35,11 +80,19 @@ class Registry:
     def __init__(self, stats: RelayStats, max_dups_per_key: int = 8) -> None:
         self.stats = stats
         self.max_dups_per_key = max_dups_per_key
-        self._active: dict[bytes, object] = {}
-        self._conns: dict[bytes, list] = {}
+        self._active: dict[object, RegistryPeer] = {}
+        self._conns: dict[object, list[RegistryPeer]] = {}
         self._sent_to: dict[bytes, set[bytes]] = {}
         self._not_here: dict[bytes, TokenBucket] = {}
-        self.watchers: set = set()
+        self.watchers: set[RegistryPeer] = set()
+        self.mesh: MeshRoutes | None = None
+        self._mesh_routes: dict = {}
+        self._shadowed: set = set()
+
+    def attach_mesh(self, mesh: MeshRoutes) -> None:
+        self.mesh = mesh
+        self._mesh_routes = mesh.routes
+        self._shadowed = mesh.shadowed
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._conns.values())
@@ -50,10 +103,16 @@ class Registry:
     def active(self, key: bytes):
         return self._active.get(key)
 
-    def peers(self) -> list:
+    def remote(self, key, local) -> object | None:
+        """The mesh link to send `key`'s traffic to instead of `local` (its local connection, or None)."""
+        if local is None or key in self._shadowed:
+            return self._mesh_routes.get(key)
+        return None
+
+    def peers(self) -> list[RegistryPeer]:
         return [p for conns in self._conns.values() for p in conns]
 
-    def register(self, peer) -> None:
+    def register(self, peer: RegistryPeer) -> None:
         conns = self._conns.setdefault(peer.key, [])
         if conns:
             self.stats.dup_conns += 1
@@ -62,11 +121,15 @@ class Registry:
         self.stats.clients[peer.protocol] += 1
         if len(conns) > self.max_dups_per_key:
             conns[0].close("duplicate")  # its unregister() runs from close()
-        if len(conns) == 1 and peer.protocol == "derp":  # mesh watchers track DERP keys only
+        if self.mesh is not None:
+            self.mesh.local_arrived(peer.key)
+        if len(conns) == 1 and self.watchers:
+            key, flags = _announced(peer)
             for w in self.watchers:
-                w.peer_present(peer.key, PRESENT_IS_REGULAR)
+                if w is not peer:
+                    w.peer_present(key, flags)
 
-    def unregister(self, peer) -> None:
+    def unregister(self, peer: RegistryPeer) -> None:
         conns = self._conns.get(peer.key)
         if not conns or peer not in conns:
             return
@@ -80,24 +143,32 @@ class Registry:
         del self._conns[peer.key]
         self._active.pop(peer.key, None)
         self._not_here.pop(peer.key, None)
+        if self.mesh is not None:
+            self.mesh.local_left(peer.key)
         for dst in self._sent_to.pop(peer.key, ()):
             receiver = self._active.get(dst)
             if receiver is not None:
                 receiver.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
-        for w in self.watchers if peer.protocol == "derp" else ():
-            w.peer_gone(peer.key, PEER_GONE_DISCONNECTED)
+        if self.watchers:
+            key, reason = (peer.key, PEER_GONE_DISCONNECTED) if peer.protocol == "derp" else (peer.key[1], PEER_GONE_IROH)
+            for w in self.watchers:
+                w.peer_gone(key, reason)
 
-    def note_activity(self, peer) -> None:
+    def note_activity(self, peer: RegistryPeer) -> None:
         """A connection sent something: with duplicates, it becomes the one that receives."""
         if self._active.get(peer.key) is not peer and len(self._conns.get(peer.key, ())) > 1:
             self._active[peer.key] = peer
 
-    def route(self, sender, dst: bytes, payload: bytes, now: float) -> bool:
+    def route(self, sender: RegistryPeer, dst: bytes, payload: bytes, now: float) -> bool:
         """Deliver one packet from `sender` to the active connection of `dst`.
 
         The caller counts delivered packets into stats.packets/bytes (once per read batch: cheaper).
         """
         receiver = self._active.get(dst)
+        if receiver is None or dst in self._shadowed:
+            link = self._mesh_routes.get(dst)
+            if link is not None:
+                return link.forward(sender.key, dst, payload, sender)
         if receiver is None:
             self.stats.drops[(sender.protocol, "unknown_dest")] += 1
             if looks_like_disco(payload):
@@ -111,19 +182,19 @@ class Registry:
             seen.add(dst)
         return True
 
-    def _reply_not_here(self, sender, dst: bytes, now: float) -> None:
+    def _reply_not_here(self, sender: RegistryPeer, dst: bytes, now: float) -> None:
         bucket = self._not_here.get(sender.key)
         if bucket is None:
             bucket = self._not_here[sender.key] = TokenBucket(NOT_HERE_RATE, NOT_HERE_BURST, now)
         if bucket.take(1, now):
             sender.peer_gone(dst, PEER_GONE_NOT_HERE)
 
-    def add_watcher(self, peer) -> None:
+    def add_watcher(self, peer: RegistryPeer) -> None:
         """Mesh peers watch: every current key now, then each arrival and departure."""
         self.watchers.add(peer)
-        for key in self._active:
-            if key != peer.key and type(key) is bytes:  # not the ("iroh", id) keys of iroh endpoints
-                peer.peer_present(key, PRESENT_IS_REGULAR)
+        for key, conn in self._active.items():
+            if key != peer.key:
+                peer.peer_present(*_announced(conn))
 
     def close_key(self, key: bytes, reason: str) -> int:
         conns = list(self._conns.get(key, ()))

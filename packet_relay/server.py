@@ -1,7 +1,9 @@
 """RelayServer: listeners, shared state, timers, start-up and graceful stop.
 
 Owns the registry, stats, access control, event log, STUN server and admin server; each client is a
-RelayConn (conn.py). Stop sends Restarting to every client, lets it drain briefly, then closes.
+RelayConn (conn.py), which sees the server only through the interfaces in interfaces.py (the server
+implements DerpHost, IrohHost and RouteHost). Stop sends Restarting to every client, lets it drain
+briefly, then closes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from . import keys
 from .access import AccessControl
 from .config import RelayConfig
 from .conn import RelayConn
+from .interfaces import ClosedConnection, Route
 from .iroh.service import IrohService, IrohSettings
+from .mesh import Mesh, MeshCollector
 from .messaging_server.service import MessagingService, MessagingSettings
+from .peer import Peer
 from .registry import Registry
 from .stats import RelayStats, make_registry
 from .tls import generate_self_signed, server_context
@@ -49,8 +54,8 @@ class RelayServer:
         self.events = EventLog(config.event_log, "relay", config.node_name, config.blur_usage)
         self.mesh_key = self._load_mesh_key(config.mesh_key_file)
         self.server_info = ServerInfoJSON()
-        self.extra_routes: dict = {}
-        self.conns: set[RelayConn] = set()
+        self.extra_routes: dict[str, Route] = {}
+        self.conns: set[Peer] = set()
         self.ssl_context = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.https_port = self.http_port = self.stun_port = self.admin_port = 0
@@ -58,7 +63,7 @@ class RelayServer:
         self._stun_ephemeral = stun_ephemeral
         self._http_ephemeral = http_ephemeral
         self._servers: list[asyncio.base_events.Server] = []
-        self._dirty: list[RelayConn] = []
+        self._dirty: list[Peer] = []
         self._flush_scheduled = False
         self._stats_task: asyncio.Task | None = None
         self._stun = None
@@ -66,6 +71,13 @@ class RelayServer:
         self.prometheus = make_registry(self.stats)
         self.proxy = proxy_policy("relay", config.proxy_protocol, self.prometheus)
         self.iroh = IrohService(self, IrohSettings.from_config(config))  # claims /relay and /ping
+        if config.mesh_with and self.mesh_key is None:
+            raise ValueError("--mesh-with needs --mesh-key-file (the same key on every node)")
+        self.mesh = Mesh(self, config.mesh_with, config.mesh_ca_file, config.mesh_resolve_interval,
+                         proxy_header=config.proxy_protocol)
+        if self.mesh.enabled:
+            self.registry.attach_mesh(self.mesh.table)
+            self.prometheus.register(MeshCollector(self.mesh))
         self.messaging = MessagingService(MessagingSettings.from_config(config), self.events)
         self.prometheus.register(_MessagingMetrics(self.messaging))
 
@@ -94,7 +106,7 @@ class RelayServer:
         return TokenBucket(rate, burst, time.monotonic())
 
     # ---- batching of writes: one flush pass per loop iteration
-    def mark_dirty(self, conn: RelayConn) -> None:
+    def mark_dirty(self, conn: Peer) -> None:
         self._dirty.append(conn)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -130,7 +142,10 @@ class RelayServer:
         if cfg.stun_port > 0 or self._stun_ephemeral:
             await self._start_stun()
         await self.messaging.start()
-        self._admin = AdminServer(self.prometheus, ready=lambda: self.ready, service="relay")
+        if self.mesh.enabled:
+            self.mesh.start()
+        self._admin = AdminServer(self.prometheus, ready=lambda: self.ready, service="relay",
+                                  detail=self.mesh.describe if self.mesh.enabled else None)
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = self.loop.create_task(self._stats_loop())
         self.ready = True
@@ -169,6 +184,7 @@ class RelayServer:
         for srv in self._servers:
             srv.close()
         await self.messaging.stop()
+        await self.mesh.stop()
         restarting = f.Restarting(*self._restart_ms()).encode()
         live = [c for c in self.conns if c.phase == "derp" and c.registered]
         for c in live:
@@ -198,7 +214,7 @@ class RelayServer:
         self.events.close()
 
     # ---- event log
-    def connection_closed(self, conn: RelayConn) -> None:
+    def connection_closed(self, conn: ClosedConnection) -> None:
         self.stats.closes[(conn.protocol, conn.close_reason)] += 1
         self.events.emit(
             "connection", started=conn.started, duration=max(0.0, time.time() - conn.started),

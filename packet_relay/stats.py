@@ -49,6 +49,9 @@ class RelayStats:
         self.unknown_frames: Counter[str] = Counter()
         self.throttled: Counter[str] = Counter()         # protocol -> times reading paused
         self.dup_conns = 0
+        self.mesh_out = 0                                # packets sent to mesh peers (ForwardPacket)
+        self.mesh_in = 0                                 # packets received from mesh peers
+        self.mesh_held = 0                               # times a sender's reading paused for a slow mesh link
         self.stun_answered: Callable[[], int] = lambda: 0
         self.handshake_seconds: Histogram | None = None  # set by make_registry; observed once per handshake
         # interval totals for the `stats` event

@@ -16,6 +16,7 @@ import time
 from burrow.wire.iroh import frames as f
 from burrow.wire.websocket import MessageStream, WebSocketError, binary_header, wrap
 
+from ..interfaces import IrohConnHost
 from ..peer import Peer
 from ..tlsio import TLSError
 from .session import Authenticated, Closed, IrohSession
@@ -38,7 +39,7 @@ class IrohConn(Peer):
     home = False   # iroh has no NotePreferred; the event-log field stays false
     mesh = False
 
-    def __init__(self, service, transport, tls, peer_ip: str, version: str, token: str | None,
+    def __init__(self, service: IrohConnHost, transport, tls, peer_ip: str, version: str, token: str | None,
                  header_auth: f.KeyMaterialClientAuth | None = None,
                  key_material: bytes | None = None) -> None:
         super().__init__(service.server, transport, tls, MessageStream(f.MAX_FRAME_SIZE), "iroh", peer_ip)
@@ -261,6 +262,17 @@ class IrohConn(Peer):
             self._drop("queue_head")
         if not self.flush_pending:
             self._schedule_flush()
+
+    def deliver_forwarded(self, kind: int, src: bytes, body: bytes) -> bool:
+        """A datagram frame a peer relay forwarded (mesh ForwardIroh); False for a kind that is none."""
+        if kind not in _DELIVER_TYPE:
+            return False
+        payload = max(0, len(body) - (3 if kind == f.CLIENT_TO_RELAY_DATAGRAM_BATCH else 1))
+        self.deliver_frame(kind, src, body, payload)
+        stats = self.server.stats
+        stats.packets["iroh"] += 1
+        stats.bytes["iroh"] += payload
+        return True
 
     def deliver(self, src, payload: bytes) -> None:
         """Registry interface for DERP packets; unreachable, as no DERP key equals an iroh registry key."""

@@ -29,6 +29,7 @@ from burrow.wire.http import Request, response, websocket_accept
 from burrow.wire.iroh import frames as f
 from burrow.wire.iroh.handshake import pick_subprotocol
 
+from ..interfaces import HttpConnection, IrohHost
 from . import tls_exporter
 from .conn import IrohConn
 
@@ -75,7 +76,7 @@ def request_token(req: Request) -> str | None:
 
 
 class IrohService:
-    def __init__(self, server, settings: IrohSettings | None = None) -> None:
+    def __init__(self, server: IrohHost, settings: IrohSettings | None = None) -> None:
         self.server = server
         self.settings = settings or IrohSettings()
         self.tokens = load_tokens(self.settings.tokens_file) if self.settings.tokens_file else None
@@ -93,14 +94,14 @@ class IrohService:
                 server.prometheus._burrow_iroh_collector = True
 
     # ---- HTTP routes (called with the relay's HTTP connection and the parsed request)
-    def ping_route(self, conn, req: Request, rest: bytes) -> None:
+    def ping_route(self, conn: HttpConnection, req: Request, rest: bytes) -> None:
         stats = self.server.stats
         stats.http["iroh_ping"] += 1
         if req.method not in ("GET", "HEAD"):
             return _reply(conn, response(405, body=b"method not allowed\n"))
         return _reply(conn, response(200, {"Access-Control-Allow-Origin": "*"}))
 
-    def relay_route(self, conn, req: Request, rest: bytes) -> None:
+    def relay_route(self, conn: HttpConnection, req: Request, rest: bytes) -> None:
         stats = self.server.stats
         key = req.header("sec-websocket-key")
         version = pick_subprotocol(req.header("sec-websocket-protocol"))
@@ -119,7 +120,7 @@ class IrohService:
         _take_over(conn, iroh)
         iroh.begin(rest)
 
-    def _header_login(self, conn, req: Request) -> tuple[f.KeyMaterialClientAuth | None, bytes | None]:
+    def _header_login(self, conn: HttpConnection, req: Request) -> tuple[f.KeyMaterialClientAuth | None, bytes | None]:
         """The TLS-exporter login header, when TLS is on here (over http:// it means nothing)."""
         value = req.header(AUTH_HEADER)
         if not value or conn.tls is None or not self.settings.tls_auth:
@@ -197,7 +198,12 @@ class IrohService:
     # ---- forwarding (hot path)
     def forward(self, sender: IrohConn, dst: bytes, kind: int, body: bytes, payload: int) -> None:
         server = self.server
-        receiver = server.registry.active(("iroh", dst))
+        key = ("iroh", dst)
+        receiver = server.registry.active(key)
+        link = server.registry.remote(key, receiver)
+        if link is not None:  # held by a peer relay of the mesh
+            link.forward_iroh(sender.endpoint_id, dst, kind, body, sender)
+            return
         if receiver is None:
             server.stats.drops[("iroh", "unknown_dest")] += 1  # no "not here" signal in iroh
             return
@@ -258,12 +264,12 @@ class _Collector:
         yield c
 
 
-def _reply(conn, data: bytes) -> None:
+def _reply(conn: HttpConnection, data: bytes) -> None:
     conn.write_raw(data)
     conn.close("client")
 
 
-def _take_over(conn, iroh: IrohConn) -> None:
+def _take_over(conn: HttpConnection, iroh: IrohConn) -> None:
     """Retire the HTTP connection object without closing its socket; the iroh one owns it now."""
     for name in ("timer", "write_timer"):
         t = getattr(conn, name, None)

@@ -4,6 +4,7 @@ properties operators rely on checked in the rendered objects."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import helm_python as helm
@@ -40,7 +41,7 @@ VALUE_SETS = {
     },
     "everything-on": {
         "publicHost": "burrow.example.org",
-        "relay": {"tls": {"mode": "certManager"}},
+        "relay": {"tls": {"mode": "certManager"}, "replicas": 3, "mesh": {"enabled": True}},
         "eventLogs": {"persistence": {"enabled": True, "storageClass": "nfs"}},
         "report": {"enabled": True, "timeZone": "Etc/UTC", "extraArgs": ["--shuffle-partitions", "8"]},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
@@ -203,7 +204,7 @@ def test_relay_tls_modes():
     docs, _ = render(VALUE_SETS["everything-on"])
     cert = one(docs, "Certificate", f"{FULL}-relay")
     assert cert["spec"]["dnsNames"] == ["burrow.example.org"]
-    volumes = {v["name"]: v for v in pod_spec(one(docs, "Deployment", f"{FULL}-relay"))["volumes"]}
+    volumes = {v["name"]: v for v in pod_spec(one(docs, "StatefulSet", f"{FULL}-relay"))["volumes"]}  # meshed
     assert volumes["tls"]["secret"]["secretName"] == cert["spec"]["secretName"]
 
 
@@ -349,3 +350,39 @@ def test_notes_print_the_client_settings():
     assert "kubectl get svc" in notes  # no publicHost: how to find the address
     assert "--relay-url ws://HOST:4000/v1" in notes
     assert "https://HOST:8443/derp" in notes
+
+
+def test_relay_mesh():
+    docs, _ = render({})
+    assert find(docs, "StatefulSet") == [] and one(docs, "Deployment", f"{FULL}-relay")
+    assert not find(docs, "Secret", f"{FULL}-relay-mesh-key")
+
+    docs, _ = render({"relay": {"replicas": 3, "mesh": {"enabled": True}}})
+    assert not find(docs, "Deployment", f"{FULL}-relay")
+    sts = one(docs, "StatefulSet", f"{FULL}-relay")
+    assert (sts["spec"]["replicas"], sts["spec"]["serviceName"]) == (3, f"{FULL}-relay-mesh")
+    container = pod_spec(sts)["containers"][0]
+    env = env_of(container)
+    assert env["BURROW_RELAY_MESH_WITH"] == f"dns+http://{FULL}-relay-mesh.burrow.svc:8080"
+    assert env["BURROW_RELAY_HTTP_PORT"] == "8080"
+    assert env["BURROW_RELAY_MESH_KEY_FILE"] == "/etc/burrow/mesh/mesh.key"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["mesh"] == 8080
+    headless = one(docs, "Service", f"{FULL}-relay-mesh")
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert headless["spec"]["selector"] == one(docs, "Service", f"{FULL}-relay")["spec"]["selector"]
+    secret = one(docs, "Secret", f"{FULL}-relay-mesh-key")
+    key = base64.b64decode(secret["data"]["mesh.key"]).decode()
+    assert len(key) == 64 and bytes.fromhex(key)       # what --mesh-key-file reads
+    volumes = {v["name"]: v for v in pod_spec(sts)["volumes"]}
+    assert volumes["mesh-key"]["secret"]["secretName"] == f"{FULL}-relay-mesh-key"
+    # the mesh port is open to the relay pods only
+    policy = one(docs, "NetworkPolicy", f"{FULL}-relay")
+    mesh_rule = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 8080]
+    assert mesh_rule[0]["from"] == [{"podSelector": {"matchLabels": sts["spec"]["selector"]["matchLabels"]}}]
+
+    docs, _ = render({"relay": {"mesh": {"enabled": True, "keySecret": "my-mesh-key", "port": 9000}}})
+    assert not find(docs, "Secret", f"{FULL}-relay-mesh-key")
+    sts = one(docs, "StatefulSet", f"{FULL}-relay")
+    volumes = {v["name"]: v for v in pod_spec(sts)["volumes"]}
+    assert volumes["mesh-key"]["secret"]["secretName"] == "my-mesh-key"
+    assert env_of(pod_spec(sts)["containers"][0])["BURROW_RELAY_MESH_WITH"].endswith(".burrow.svc:9000")

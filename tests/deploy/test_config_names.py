@@ -18,7 +18,8 @@ from tests.deploy.test_chart import VALUE_SETS
 
 PACKAGES = {"MAILBOX": "burrow.mailbox_server", "TRANSIT": "burrow.transit_relay", "RELAY": "burrow.packet_relay"}
 NAME = re.compile(r"\bBURROW_(MAILBOX|TRANSIT|RELAY)_([A-Z0-9_]+)\b")
-FILES = ["docker/Dockerfile", "docker/compose.yaml", "docker/compose.tls.yaml", "docs/deploy.md",
+FILES = ["docker/Dockerfile", "docker/compose.yaml", "docker/compose.tls.yaml", "docker/compose.mesh.yaml",
+         "docs/deploy.md",
          "helm/burrow/values.yaml"]
 
 

@@ -146,3 +146,20 @@ def test_compose_stack_shape():
     tls = yaml.safe_load((DOCKER / "compose.tls.yaml").read_text())["services"]["relay"]
     assert tls["environment"]["BURROW_RELAY_DEV_TLS"] == "false"
     assert tls["environment"]["BURROW_RELAY_TLS_CERT"].startswith("/etc/burrow/tls/")
+
+    # compose.mesh.yaml: a second relay, hardened like the first, meshed with it through a shared secret
+    mesh = yaml.safe_load((DOCKER / "compose.mesh.yaml").read_text())
+    b, a = mesh["services"]["relay-b"], mesh["services"]["relay"]
+    for key in ("read_only", "cap_drop", "security_opt", "tmpfs", "ulimits", "stop_grace_period", "restart"):
+        assert b[key] == services["relay"][key], key
+    assert b["image"] == services["relay"]["image"] and b["command"] == ["relay"]
+    for env in (a["environment"], b["environment"]):
+        assert env["BURROW_RELAY_MESH_WITH"] == "http://relay:8080,http://relay-b:8080"
+        assert env["BURROW_RELAY_MESH_KEY_FILE"] == "/run/secrets/mesh_key"
+        assert env["BURROW_RELAY_HTTP_PORT"] == "8080"
+    assert a["secrets"] == b["secrets"] == ["mesh_key"] and "mesh_key" in mesh["secrets"]
+    assert "relay-b-data:/var/lib/burrow" in b["volumes"]    # its own server key, not relay's
+    assert b["environment"]["BURROW_RELAY_EVENT_LOG"] != services["relay"]["environment"]["BURROW_RELAY_EVENT_LOG"]
+    published = {p.split(":")[-2] for p in services["relay"]["ports"] + b["ports"]}
+    assert not any(p.endswith(":8080/tcp") for p in b["ports"]), "the mesh port stays on the compose network"
+    assert len(published) == len(services["relay"]["ports"] + b["ports"])  # no host port twice

@@ -62,7 +62,7 @@ class Connected:
 
 class ServerConnection:
     __slots__ = ("server_private", "server_public", "state", "deadline", "decoder", "client_key",
-                 "max_frame_len", "rate", "unknown_frames", "_held", "_error")
+                 "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "_held", "_error")
 
     def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
                  max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
@@ -77,6 +77,7 @@ class ServerConnection:
         self.client_key: bytes | None = None
         self.rate = rate
         self.unknown_frames = 0
+        self.mesh_extensions = False  # set for a peer relay: burrow's ForwardIroh is decoded, not skipped
         self._held: tuple[int, bytes] | None = None
         self._error: f.ProtocolError | None = None
 
@@ -136,7 +137,7 @@ class ServerConnection:
 
     def _frames(self, now: float) -> list:
         events: list = []
-        decoder, rate, send_packet = self.decoder, self.rate, f.SendPacket
+        decoder, rate, send_packet, forward_packet = self.decoder, self.rate, f.SendPacket, f.ForwardPacket
         while True:
             raw = self._held or decoder.next_raw()
             if raw is None:
@@ -154,6 +155,10 @@ class ServerConnection:
                 if len(payload) < f.KEY_LEN:
                     raise f.MalformedFrame("SendPacket: shorter than a key")
                 events.append(send_packet(payload[:32], payload[32:]))
+            elif ftype == f.FORWARD_PACKET:  # the mesh's hot path (the decoder bounded the length)
+                if len(payload) < 2 * f.KEY_LEN:
+                    raise f.MalformedFrame("ForwardPacket: shorter than two keys")
+                events.append(forward_packet(payload[:32], payload[32:64], payload[64:]))
             elif ftype == f.NOTE_PREFERRED:
                 events.append(f.NotePreferred.decode(payload))
             elif ftype == f.PING:
@@ -162,10 +167,10 @@ class ServerConnection:
                 events.append(f.Pong.decode(payload))
             elif ftype == f.WATCH_CONNS:
                 events.append(f.WatchConns.decode(payload))
+            elif ftype == f.FORWARD_IROH and self.mesh_extensions:
+                events.append(f.ForwardIroh.decode(payload))
             elif ftype == f.CLOSE_PEER:
                 events.append(f.ClosePeer.decode(payload))
-            elif ftype == f.FORWARD_PACKET:
-                events.append(f.ForwardPacket.decode(payload))
             elif ftype == f.CLIENT_INFO:
                 raise f.HandshakeError("ClientInfo sent twice")
             else:

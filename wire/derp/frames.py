@@ -49,6 +49,12 @@ PRESENT_IS_MESH_PEER = 0x02
 PRESENT_IS_PROBER = 0x04
 PRESENT_NOT_IDEAL = 0x08
 
+# burrow extensions for the relay mesh, sent only between burrow relays (derper skips unknown frame
+# types and treats these flag and reason values like any other): iroh endpoints cross the mesh too.
+FORWARD_IROH = 0x40          # mesh -> relay: src id, dst id, iroh datagram frame type, its body
+PRESENT_IS_IROH = 0x80       # PeerPresent flag: the key is an iroh endpoint id (Ed25519), not a DERP key
+PEER_GONE_IROH = 0x80        # PeerGone reason: that iroh endpoint left
+
 _HEADER = struct.Struct(">BI")
 _U32X2 = struct.Struct(">II")
 
@@ -334,12 +340,34 @@ class UnknownFrame:
         return _frame(self.ftype, self.payload)
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardIroh:
+    """An iroh datagram frame crossing the mesh: `kind` is the client's frame type (single datagram or
+    batch) and `body` its body after the destination (ECN [+ segment size] + data), unchanged."""
+
+    src: bytes
+    dst: bytes
+    kind: int
+    body: bytes
+
+    def encode(self) -> bytes:
+        return _frame(FORWARD_IROH, self.src, self.dst, bytes([self.kind]), self.body)
+
+    @classmethod
+    def decode(cls, payload: bytes) -> ForwardIroh:
+        if len(payload) < 2 * KEY_LEN + 2:
+            raise MalformedFrame("ForwardIroh: shorter than two keys, a type and ECN")
+        if len(payload) - 2 * KEY_LEN - 1 > MAX_PACKET_SIZE + 3:  # ECN and segment size, then data
+            raise FrameTooLarge("ForwardIroh: datagrams larger than 64 KiB")
+        return cls(bytes(payload[:32]), bytes(payload[32:64]), payload[64], bytes(payload[65:]))
+
+
 FRAME_TYPES: dict[int, type] = {
     SERVER_KEY: ServerKey, CLIENT_INFO: ClientInfo, SERVER_INFO: ServerInfo,
     SEND_PACKET: SendPacket, RECV_PACKET: RecvPacket, KEEP_ALIVE: KeepAlive,
     NOTE_PREFERRED: NotePreferred, PEER_GONE: PeerGone, PEER_PRESENT: PeerPresent,
     FORWARD_PACKET: ForwardPacket, WATCH_CONNS: WatchConns, CLOSE_PEER: ClosePeer,
-    PING: Ping, PONG: Pong, HEALTH: Health, RESTARTING: Restarting,
+    PING: Ping, PONG: Pong, HEALTH: Health, RESTARTING: Restarting, FORWARD_IROH: ForwardIroh,
 }
 
 

@@ -71,7 +71,7 @@ async def test_sighup_applies_allow_list_by_endpoint_id_and_rereads_tokens(tmp_p
         await c.close()
 
 
-async def test_mesh_watchers_see_derp_keys_only(tmp_path):
+async def test_mesh_watchers_see_iroh_endpoints_flagged_as_iroh(tmp_path):
     import ssl
 
     from burrow.wire.derp import frames as df
@@ -101,10 +101,15 @@ async def test_mesh_watchers_see_derp_keys_only(tmp_path):
         await early.send(late.endpoint_id, b"late is gone, early still works")
         await d.close()
         seen: list = []
-        while not any(isinstance(e, df.PeerGone) for e in seen):
+        while not any(isinstance(e, df.PeerGone) and e.key == d.public_key for e in seen):
             seen += machine.receive_data(await asyncio.wait_for(reader.read(65536), TIMEOUT))
-        assert [e.key for e in seen if isinstance(e, df.PeerPresent)] == [d.public_key]
-        assert [e.key for e in seen if isinstance(e, df.PeerGone)] == [d.public_key]
+        # iroh endpoint ids reach watchers too (the mesh carries iroh), flagged so that no one takes
+        # them for DERP keys: PeerPresent flag PRESENT_IS_IROH, PeerGone reason PEER_GONE_IROH
+        assert sorted((e.key, e.flags) for e in seen if isinstance(e, df.PeerPresent)) == sorted(
+            [(early.endpoint_id, df.PRESENT_IS_IROH), (d.public_key, df.PRESENT_IS_REGULAR),
+             (late.endpoint_id, df.PRESENT_IS_IROH)])
+        assert [(e.key, e.reason) for e in seen if isinstance(e, df.PeerGone)] == [
+            (late.endpoint_id, df.PEER_GONE_IROH), (d.public_key, df.PEER_GONE_DISCONNECTED)]
         assert await early.ping(TIMEOUT) >= 0
         writer.close()
         await early.close()

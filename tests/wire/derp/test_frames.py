@@ -28,6 +28,8 @@ VECTORS = [
     (f.PeerPresent(K1, h("00000000000000000000ffff7f000001"), 443, f.PRESENT_IS_REGULAR),
      h("09 00000033") + K1 + h("00000000000000000000ffff7f000001 01bb 01")),
     (f.ForwardPacket(K1, K2, b"x"), h("0a 00000041") + K1 + K2 + b"x"),
+    # burrow's mesh extension: src, dst, the iroh datagram frame type, its body (ECN + data)
+    (f.ForwardIroh(K1, K2, 4, b"\x01x"), h("40 00000043") + K1 + K2 + h("04 01") + b"x"),
     (f.WatchConns(), h("10 00000000")),
     (f.ClosePeer(K2), h("11 00000020") + K2),
     (f.Ping(b"12345678"), h("12 00000008") + b"12345678"),
@@ -124,6 +126,7 @@ frames = st.one_of(
     st.builds(f.PeerGone, keys, st.integers(0, 255)),
     st.builds(f.PeerPresent, keys, st.binary(min_size=16, max_size=16), st.integers(0, 65535), st.integers(0, 255)),
     st.builds(f.ForwardPacket, keys, keys, st.binary(max_size=500)),
+    st.builds(f.ForwardIroh, keys, keys, st.integers(0, 255), st.binary(min_size=1, max_size=500)),
     st.builds(f.WatchConns),
     st.builds(f.ClosePeer, keys),
     st.builds(f.Ping, st.binary(min_size=8, max_size=8)),
