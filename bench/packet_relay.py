@@ -419,8 +419,8 @@ def table(r: dict) -> str:
                    f"{x['us_per_packet']:.1f} µs per datagram{versus} |")
     if x := r.get("paced"):
         out.append(f"| relay CPU per forwarded 1200-byte packet, paced: {x['pairs']} pairs x {x['rate_per_pair']:,}"
-                   f" packets/s over TLS | {x['us_per_packet']:.1f} µs ({x['pps']:,.0f} packets/s delivered of "
-                   f"{x['sent']:,} sent, relay CPU {x['relay_cpu_pct']:.0f}% of one core; goal <= 9.6 µs) |")
+                   f" packets/s over TLS | {x['us_per_packet']:.1f} µs ({x['pps']:,.0f} packets/s delivered, "
+                   f"{x['sent']:,} sent in all, relay CPU {x['relay_cpu_pct']:.0f}% of one core; goal <= 9.6 µs) |")
     for x in r["latency"]:
         load = f"while {x['background_pairs']} pairs send {BACKGROUND_PPS:,} packets/s each" if x["background_pairs"] else "idle"
         out.append(f"| added latency (round trip / 2), {load} | p50 {x['p50_ms']:.3f} ms, p99 {x['p99_ms']:.3f} ms |")
