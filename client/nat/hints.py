@@ -13,8 +13,10 @@ Both run at once (`stun_hint` answers in a round trip, a UPnP search takes secon
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
+from dataclasses import dataclass
 
 from . import portmap as pm
 from .netcheck import stun, udp_socket
@@ -92,3 +94,81 @@ class PortMapper:
         if self.mapping is not None:
             m, self.mapping = self.mapping, None
             await pm.unmap(m)
+
+
+@dataclass(frozen=True)
+class NatOptions:
+    """How a client finds direct paths through NATs (CLI: --stun-server, --stun-port2, --no-portmap)."""
+    stun_server: tuple[str, int] | None = None
+    stun_port2: int = 0
+    portmap: bool = True
+    upnp: bool = True
+
+
+SIMOPEN_WINDOW = 5.0  # seconds we keep re-dialling a peer's hint from our listening port
+SIMOPEN_RETRY = 0.5  # seconds between those dials (a NAT that answers a early SYN with RST)
+
+
+def reusable_socket(family: int, port: int = 0) -> socket.socket:
+    """A TCP socket bound to `port` with SO_REUSEADDR + SO_REUSEPORT, so a listener and any number of
+    outbound connections can share the port (each connection still has its own 4-tuple)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def listening_sockets(backlog: int = 64) -> list[socket.socket]:
+    """IPv4 and (when the host has it) IPv6 listening sockets on one port number."""
+    v4 = reusable_socket(socket.AF_INET)
+    v4.listen(backlog)
+    socks = [v4]
+    try:
+        v6 = reusable_socket(socket.AF_INET6, v4.getsockname()[1])
+        v6.listen(backlog)
+        socks.append(v6)
+    except OSError:  # no IPv6 here, or the port is taken on IPv6: IPv4 only
+        pass
+    return socks
+
+
+def global_v6_addresses() -> list[str]:
+    """Global-scope IPv6 addresses of this host (from /proc/net/if_inet6), deprecated ones excluded."""
+    out = []
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 6 and fields[3] == "00" and not int(fields[4], 16) & 0x20:  # scope global
+                    raw = fields[0]
+                    out.append(str(ipaddress.IPv6Address(int(raw, 16))))
+    except OSError:
+        pass
+    return out
+
+
+async def dial_from(port: int, host: str, dest_port: int, timeout: float) -> socket.socket:
+    """Connect from our listening `port` to host:dest_port, re-dialling refused or reset attempts for up
+    to SIMOPEN_WINDOW: the peer does the same towards us, and the SYNs meet in the NATs."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    deadline = loop.time() + max(timeout, SIMOPEN_WINDOW)
+    while True:
+        sock = reusable_socket(family, port)
+        try:
+            async with asyncio.timeout(max(0.1, min(timeout, deadline - loop.time()))):
+                await loop.sock_connect(sock, (host, dest_port))
+            return sock
+        except (OSError, TimeoutError):
+            sock.close()
+            if loop.time() + SIMOPEN_RETRY >= deadline:
+                raise
+        await asyncio.sleep(SIMOPEN_RETRY)

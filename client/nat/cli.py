@@ -1,0 +1,55 @@
+"""`burrow netcheck RELAY_URL...`: what this network allows, for users and operators.
+
+Prints the NAT kind (none / eim / symmetric / no-udp / unknown), the public IPv4 and IPv6 address,
+whether the mapping depends on the destination port, whether the NAT keeps ports and hairpins, which
+port-mapping protocol the router speaks, whether a captive portal intercepts HTTP, and each relay's
+latency with the preferred one. `--json` prints the same as one JSON object. Exit status 0 when any
+relay answered (STUN or HTTPS), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+
+from .netcheck import Relay, netcheck
+from .report import text
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="burrow netcheck", description=__doc__.splitlines()[0])
+    p.add_argument("relays", nargs="+", metavar="RELAY_URL", help="burrow-relay / DERP URL, e.g. "
+                   "https://relay.example.com:8443 (STUN goes to the same host)")
+    p.add_argument("--stun-port", type=int, default=3478, help="relays' STUN port (default %(default)s)")
+    p.add_argument("--stun-port2", type=int, default=3479,
+                   help="relays' second STUN port, burrow-relay --stun-port2 (0 = skip; default %(default)s)")
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds per probe (default %(default)s)")
+    p.add_argument("--no-portmap", action="store_true", help="do not try NAT-PMP / UPnP port mapping")
+    p.add_argument("--ca-file", help="trust this CA (or self-signed) certificate for the HTTPS checks")
+    p.add_argument("--insecure", action="store_true", help="skip certificate verification (development only)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p.parse_args(argv)
+
+
+def ssl_context(args: argparse.Namespace):
+    if args.insecure:
+        return False
+    if args.ca_file:
+        return ssl.create_default_context(cafile=args.ca_file)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    relays = [Relay(u, args.stun_port, args.stun_port2) for u in args.relays]
+    report = asyncio.run(netcheck(relays, timeout=args.timeout, portmap=not args.no_portmap,
+                                  ssl_context=ssl_context(args)))
+    print(json.dumps(report.to_json(), indent=2) if args.json else text(report), flush=True)
+    return 0 if report.relay_latency_s else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
