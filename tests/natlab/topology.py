@@ -5,7 +5,8 @@
         peer P behind rN:  eth0 192.168.N.(10+i)  2001:db8:N::(10+i)   (default routes via rN)
       public peer P:       eth0 203.0.113.(100+i)  2001:db8::(100+i)    (on the wan bridge, no NAT)
 
-Every router is a typical home gateway: it forwards LAN -> WAN, lets back only what conntrack matches
+Every router is a typical home gateway: it switches LAN <-> LAN (the LAN is a bridge, and with
+br_netfilter loaded bridged frames pass the FORWARD chain too), forwards LAN -> WAN, lets back only what conntrack matches
 (ESTABLISHED,RELATED), drops unsolicited inbound packets silently (INPUT and FORWARD), and for IPv6
 routes the LAN's /64 without NAT behind the same stateful rule. What differs is the NAT kind (`NATS`):
 
@@ -129,6 +130,7 @@ def _iptables_rules(nat: Nat) -> tuple[str, str]:
         -A INPUT -i lan -j ACCEPT
         -A INPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
         {icmp}{no_udp}-A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT
+        -A FORWARD -i lan -o lan -j ACCEPT
         -A FORWARD -i lan -o wan -j ACCEPT
         {upnp_jump}COMMIT
         """)
