@@ -1,10 +1,10 @@
-"""Transfers through the NAT lab (tests/natlab): one JSON object per scenario (root; network namespaces).
+"""Transfers through the NAT lab (harness/natlab): one JSON object per scenario (root; network namespaces).
 
     python bench/nat.py --json [--size BYTES] [--scenario NAME]...
 
 Each row: {"scenario", "path" ("direct" | "relay"), "time_to_first_byte_s", "time_to_direct_s" (null
 when no direct path), "bytes_ok", "throughput_MBps"}; scenario names are the NAT kinds of
-tests/natlab/topology.py SCENARIOS (new scenarios and paths appear here by themselves). Times are wall
+harness/natlab/topology.py SCENARIOS (new scenarios and paths appear here by themselves). Times are wall
 clock from starting both burrow processes (Python start-up included), so read them as same-run ratios.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.natlab import services, upnp  # noqa: E402
-from tests.natlab.rig import Lab  # noqa: E402
-from tests.natlab.topology import SCENARIOS, build  # noqa: E402
+from harness.natlab import services, upnp  # noqa: E402
+from harness.natlab.rig import Lab  # noqa: E402
+from harness.natlab.topology import SCENARIOS, build  # noqa: E402
 
 
 def run(name: str, size: int) -> dict:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from packet_relay.stun import StunError, build_binding_request, parse_binding_response
+from burrow.wire.stun import StunError, build_binding_request, parse_binding_response
 
 from ..transit.aio import local_addresses
 from . import portmap as pm

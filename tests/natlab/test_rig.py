@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from .rig import Lab, LabError, inside, missing_requirements
-from .topology import ISP_STUN_PORT, build
+from harness import natlab
+from harness.natlab.rig import Lab, LabError, inside, missing_requirements
+from harness.natlab.topology import ISP_STUN_PORT, build
 
 COOKIE = 0x2112A442
-ISP = str(Path(__file__).with_name("isp_stun.py"))
+ISP = str(Path(natlab.__file__).with_name("isp_stun.py"))
 
 
 def _stun(sock: socket.socket, server: tuple[str, int], timeout: float = 1.0) -> tuple[str, int] | None:
@@ -192,7 +193,7 @@ def test_ipv6_is_routed_behind_a_stateful_firewall(lab):
 
 
 def test_upnp_router_forwards_a_nat_pmp_mapping(lab):
-    from . import upnp
+    from harness.natlab import upnp
 
     topo = build(lab, "upnp")
     upnp.start(lab, topo)

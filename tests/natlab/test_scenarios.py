@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from . import services, upnp
-from .rig import Lab, missing_requirements
-from .topology import build
+from harness.natlab import services, upnp
+from harness.natlab.rig import Lab, missing_requirements
+from harness.natlab.topology import build
 
 SIZE = 4_000_000  # bytes per transfer
 
@@ -53,7 +53,7 @@ def test_scenario(lab, scenario):
     assert {p: r["nat"] for p, r in reports.items()} == nats, reports
     for r in reports.values():
         assert r["captive_portal"] is False and r["preferred_relay"] == servers.relay_url
-        assert r["hairpin"] in (False, None)  # Linux NAT does not hairpin (tests/natlab/topology.py)
+        assert r["hairpin"] in (False, None)  # Linux NAT does not hairpin (harness/natlab/topology.py)
     if scenario == "upnp":
         assert reports["a"]["portmap"] == "nat-pmp" and reports["b"]["portmap"] is None
     if scenario == "symmetric-v6":
@@ -74,12 +74,11 @@ def test_magic_wormhole_dials_the_mapped_hint(lab):
     import asyncio
     import subprocess
 
-    from client.dilation.aio import DILATION_VERSIONS, dilate
-    from client.nat.hints import NatOptions
-    from client.wormhole import Wormhole
-
-    from ..interop.dilation_util import PEER, send_blob
-    from .rig import inside
+    from burrow.client.dilation.aio import DILATION_VERSIONS, dilate
+    from burrow.client.nat.hints import NatOptions
+    from burrow.client.wormhole import Wormhole
+    from harness.dilation import PEER, send_blob
+    from harness.natlab.rig import inside
 
     topo = build(lab, "upnp")
     upnp.start(lab, topo)

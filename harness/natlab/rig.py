@@ -36,6 +36,7 @@ NETNS_DIR = Path("/run/netns")
 STOP_GRACE = 3.0  # seconds a spawned process gets between SIGTERM and SIGKILL
 COMMAND_TIMEOUT = 30.0  # seconds for one setup command
 REQUIRED_TOOLS = ("ip", "iptables-nft", "iptables-legacy")
+ETC_NETNS = Path("/etc/netns")  # per-namespace /etc files that `ip netns exec` mounts (only ours are touched)
 
 _counter = itertools.count()
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -130,6 +131,7 @@ class Lab:
         for ns in reversed(self.namespaces):
             self._kill_inside(ns)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)
         self.namespaces.clear()
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
@@ -155,6 +157,7 @@ class Lab:
             if m and not _alive(int(m.group(2))):
                 Lab._kill_inside(m.group(1))
                 subprocess.run(["ip", "netns", "del", m.group(1)], capture_output=True)
+                shutil.rmtree(ETC_NETNS / m.group(1), ignore_errors=True)
                 gone.append(m.group(1))
         return gone
 
@@ -166,6 +169,15 @@ class Lab:
         self.namespaces.append(name)
         self.cmd("ip", "-n", name, "link", "set", "lo", "up")
         return name
+
+    def hosts_file(self, ns: str, names: dict[str, list[str]]) -> None:
+        """Name resolution inside `ns` for what runs there through `ip netns exec` (run, spawn): it
+        bind-mounts /etc/netns/<ns>/hosts over /etc/hosts. {name: [addresses]}, IPv4 and IPv6 alike."""
+        d = ETC_NETNS / ns
+        d.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost", "::1 localhost"]
+        lines += [f"{addr} {name}" for name, addrs in names.items() for addr in addrs]
+        (d / "hosts").write_text("\n".join(lines) + "\n")
 
     def cmd(self, *argv: str, timeout: float = COMMAND_TIMEOUT) -> str:
         """Run a setup command on the host side (e.g. `ip -n NS ...`); returns stdout, raises LabError."""

@@ -25,8 +25,10 @@ from .rig import Lab, LabError, inside
 from .topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = {"relay": "packet_relay", "mailbox": "mailbox_server", "transit": "transit_relay", "client": "client.cli"}
+MODULES = {"relay": "burrow.packet_relay", "mailbox": "burrow.mailbox_server", "transit": "burrow.transit_relay",
+           "client": "burrow.client.cli"}
 RELAY_HTTPS, STUN_PORT, STUN_PORT2, MAILBOX_PORT, TRANSIT_PORT = 8443, 3478, 3479, 4000, 4001
+RELAY_NAME = "relay.natlab"  # in every peer's /etc/hosts (Lab.hosts_file) with the relay's IPv4 and IPv6
 START_TIMEOUT = 20.0
 TRANSFER_TIMEOUT = 120.0
 CONNECTED = re.compile(r"dilation connected via (\w+) (\S+)|Receiving \((\w+) ([^)]+)\)")
@@ -77,7 +79,11 @@ def start_servers(lab: Lab, topo: Topology) -> Servers:
     _wait_tcp(ns, host, RELAY_HTTPS, relay, "burrow-relay", lab, "relay.log")
     _wait_tcp(ns, host, MAILBOX_PORT, mailbox, "mailbox", lab, "mailbox.log")
     _wait_tcp(ns, host, TRANSIT_PORT, transit, "transit relay", lab, "transit.log")
-    return Servers(host, f"https://{host}:{RELAY_HTTPS}", f"ws://{host}:{MAILBOX_PORT}/v1",
+    # the relay by name, as users give it: netcheck resolves its IPv4 and IPv6 address separately
+    names = {RELAY_NAME: [host, topo.server_v6]}
+    for h in topo.hosts.values():
+        lab.hosts_file(h.ns, names)
+    return Servers(host, f"https://{RELAY_NAME}:{RELAY_HTTPS}", f"ws://{host}:{MAILBOX_PORT}/v1",
                    f"tcp:{host}:{TRANSIT_PORT}", f"{host}:{STUN_PORT}")
 
 
