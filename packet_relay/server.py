@@ -165,9 +165,10 @@ class RelayServer:
                                              registry=self.prometheus)
         self.stun_port = self._stun.port
         self.stats.stun_answered = lambda: self._stun.answered
-        if cfg.stun_port2 > 0:  # same code and limits; its counters are not exported separately
+        if cfg.stun_port2 > 0:  # same code and limits, its own counters (burrow_relay_stun2_*)
             self._stun2 = await start_stun_server(cfg.host, cfg.stun_port2, rate_per_source=cfg.stun_rate_per_source,
-                                                  burst=cfg.stun_burst, registry=None)
+                                                  burst=cfg.stun_burst, capacity=cfg.stun_capacity,
+                                                  registry=self.prometheus, metric_prefix="burrow_relay_stun2")
             self.stun_port2 = self._stun2.port
 
     def reload(self) -> None:

@@ -3,7 +3,7 @@
 Prints the NAT kind (none / eim / symmetric / no-udp / unknown), the public IPv4 and IPv6 address,
 whether the mapping depends on the destination port, whether the NAT keeps ports and hairpins, which
 port-mapping protocol the router speaks, whether a captive portal intercepts HTTP, and each relay's
-latency with the preferred one. `--json` prints the same as one JSON object. Exit status 0 when any
+round trip with the preferred one. `--json` prints the same as one JSON object. Exit status 0 when any
 relay answered (STUN or HTTPS), 1 otherwise.
 """
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(netcheck(relays, timeout=args.timeout, portmap=not args.no_portmap,
                                   ssl_context=ssl_context(args)))
     print(json.dumps(report.to_json(), indent=2) if args.json else text(report), flush=True)
-    return 0 if report.relay_latency_s else 1
+    return 0 if report.relay_stun_rtt_s or report.relay_https_rtt_s else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from burrow.wire.stun import StunError, build_binding_request, parse_binding_res
 
 from ..transit.aio import local_addresses
 from . import portmap as pm
-from .report import Report, classify, prefer
+from .report import Report, classify, preferred_relay
 
 STUN_TRIES = 2  # Binding requests per probe before giving up
 HAIRPIN_WAIT = 0.5  # seconds the first socket waits for a packet sent to its own mapped address
@@ -83,6 +83,10 @@ async def _resolve(host: str, family: int) -> str | None:
     return infos[0][4][0] if infos else None
 
 
+def _fastest(rtts: dict[str, float], url: str, rtt: float) -> None:
+    rtts[url] = min(rtts.get(url, rtt), rtt)
+
+
 def _hostport(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
@@ -98,7 +102,7 @@ async def _udp_v4(relays: list[Relay], r: Report, timeout: float) -> None:
             if first is None:
                 continue
             r.udp = r.ipv4 = True
-            r.relay_latency_s[relay.url] = min(r.relay_latency_s.get(relay.url, first[2]), first[2])
+            _fastest(r.relay_stun_rtt_s, relay.url, first[2])
             if r.global_v4 is None:
                 r.global_v4 = _hostport(first[0], first[1])
                 r.preserves_port = first[1] == local_port
@@ -145,7 +149,7 @@ async def _udp_v6(relays: list[Relay], r: Report, timeout: float) -> None:
             if got is not None:
                 r.udp = r.ipv6 = True
                 r.global_v6 = _hostport(got[0], got[1])
-                r.relay_latency_s[relay.url] = min(r.relay_latency_s.get(relay.url, got[2]), got[2])
+                _fastest(r.relay_stun_rtt_s, relay.url, got[2])
                 return
 
 
@@ -159,8 +163,34 @@ async def _portmap(r: Report, upnp: bool) -> None:
         await pm.unmap(m)
 
 
+async def https_rtt(relay: Relay, timeout: float, ssl_context) -> float:
+    """Seconds from sending GET /derp/probe to the first byte of the answer, on a connection whose TCP and
+    TLS handshakes are already done (so it compares with a STUN round trip plus the relay's HTTP work)."""
+    u = urlsplit(relay.url)
+    ctx = ssl_context
+    if ctx is False:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    elif ctx is None:
+        ctx = ssl.create_default_context() if u.scheme == "https" else None
+    port = u.port or (443 if u.scheme == "https" else 80)
+    async with asyncio.timeout(timeout):
+        reader, writer = await asyncio.open_connection(u.hostname, port, ssl=ctx)
+        try:
+            host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
+            t0 = time.monotonic()
+            writer.write(f"GET /derp/probe HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            status = await reader.readline()
+            rtt = time.monotonic() - t0
+        finally:
+            writer.close()
+    if not status.startswith(b"HTTP/1.1 200"):
+        raise OSError(f"/derp/probe answered {status[:40]!r}")
+    return rtt
+
+
 async def _http(relays: list[Relay], r: Report, timeout: float, ssl_context) -> None:
-    """Captive portal (a 204 echoing our challenge means none) and HTTPS latency where UDP gave none."""
+    """Each relay's HTTPS round trip, and captive portals: a 204 echoing our challenge means none."""
     import aiohttp
 
     challenge = "burrow" + os.urandom(8).hex()
@@ -169,18 +199,14 @@ async def _http(relays: list[Relay], r: Report, timeout: float, ssl_context) -> 
         for relay in relays:
             base = relay.url.rstrip("/")
             try:
-                t0 = time.monotonic()
-                async with session.get(base + "/derp/probe", ssl=ssl_context) as resp:
-                    await resp.read()
-                    if resp.status == 200 and relay.url not in r.relay_latency_s:
-                        r.relay_latency_s[relay.url] = time.monotonic() - t0
+                r.relay_https_rtt_s[relay.url] = await https_rtt(relay, timeout, ssl_context)
                 async with session.get(base + "/generate_204", ssl=ssl_context, allow_redirects=False,
                                        headers={"X-Tailscale-Challenge": challenge}) as resp:
                     await resp.read()
                     echoed = resp.headers.get("X-Tailscale-Response") == "response " + challenge
                     portal = not (resp.status == 204 and echoed)
                     r.captive_portal = portal if r.captive_portal is None else (r.captive_portal and portal)
-            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            except (aiohttp.ClientError, TimeoutError, OSError, ssl.SSLError) as e:
                 r.errors.append(f"{base}: {type(e).__name__}: {e}".rstrip(": "))
 
 
@@ -194,6 +220,6 @@ async def netcheck(relays: list[Relay], *, timeout: float = 2.0, portmap: bool =
     if http:
         jobs.append(_http(relays, r, timeout, ssl_context))
     await asyncio.gather(*jobs)
-    r.preferred_relay = prefer(r.relay_latency_s)
+    r.preferred_relay = preferred_relay(r)
     r.nat = classify(r)
     return r

@@ -32,8 +32,9 @@ class Report:
     portmap: str | None = None  # "nat-pmp" | "upnp" | None
     portmap_external: str | None = None  # "ip:port" of the test mapping
     captive_portal: bool | None = None  # None: no relay answered over HTTP(S)
-    relay_latency_s: dict[str, float] = field(default_factory=dict)
-    preferred_relay: str | None = None
+    relay_stun_rtt_s: dict[str, float] = field(default_factory=dict)  # Binding request -> response, fastest
+    relay_https_rtt_s: dict[str, float] = field(default_factory=dict)  # GET /derp/probe after the TLS handshake
+    preferred_relay: str | None = None  # lowest STUN round trip; lowest HTTPS round trip where UDP is blocked
     nat: str = "unknown"
     errors: list[str] = field(default_factory=list)
 
@@ -63,6 +64,12 @@ def prefer(latencies: dict[str, float]) -> str | None:
     return min(latencies, key=latencies.get) if latencies else None
 
 
+def preferred_relay(r: Report) -> str | None:
+    """By STUN round trip when any relay answered STUN (the path DERP-relayed UDP would take), else by the
+    HTTPS round trip; the two are never mixed, as an HTTPS request costs more than a datagram."""
+    return prefer(r.relay_stun_rtt_s) or prefer(r.relay_https_rtt_s)
+
+
 def text(r: Report) -> str:
     """Human-readable lines, in the order an operator reads them."""
     def yn(v: bool | None) -> str:
@@ -79,8 +86,10 @@ def text(r: Report) -> str:
         f"port mapping:       {r.portmap or 'none'}" + (f" ({r.portmap_external})" if r.portmap_external else ""),
         f"captive portal:     {yn(r.captive_portal)}",
     ]
-    for url, s in r.relay_latency_s.items():
-        lines.append(f"relay latency:      {url} {s * 1000:.1f} ms" + ("  (preferred)" if url == r.preferred_relay
-                                                                       else ""))
+    for url in dict.fromkeys([*r.relay_stun_rtt_s, *r.relay_https_rtt_s]):
+        rtts = [f"{kind} {got[url] * 1000:.1f} ms" for kind, got in (("STUN", r.relay_stun_rtt_s),
+                                                                     ("HTTPS", r.relay_https_rtt_s)) if url in got]
+        lines.append(f"relay round trip:   {url} {', '.join(rtts)}"
+                     + ("  (preferred)" if url == r.preferred_relay else ""))
     lines += [f"note:               {e}" for e in r.errors]
     return "\n".join(lines)
