@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--stun-port2", type=int, default=0, metavar="PORT",
                         help="the STUN server's second port (burrow-relay --stun-port2): skip the STUN hint behind "
                              "NATs whose mapping depends on the destination (default: 0, none)")
-    common.add_argument("--no-portmap", action="store_true",
-                        help="do not ask the router for a port mapping (NAT-PMP, UPnP IGD; default: off)")
+    common.add_argument("--no-portmap", action="store_true", default=bool(os.environ.get("BURROW_NO_PORTMAP")),
+                        help="do not ask the router for a port mapping (NAT-PMP, UPnP IGD; env BURROW_NO_PORTMAP=1; "
+                             "default: off)")
     common.add_argument("--verify", action="store_true",
                         help="show the verifier (sender: ask before sending; default: off)")
     p = ClientParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")

@@ -3,10 +3,9 @@ receiver can offer Dilation before it knows whether the sender will use it."""
 
 from __future__ import annotations
 
+from ..nat import SIMOPEN_ABILITY as SIMOPEN  # tcp-simultaneous-open-v1 (client/nat/hints.py)
+
 SUPPORTED_VERSIONS = ("ged", "1")  # magic-wormhole 0.24's record numbering first, then the specification's
-# tcp-simultaneous-open-v1: we dial from our listening port and retry briefly (client/nat/hints.py);
-# magic-wormhole and wormhole-william never read the peer's abilities, so they ignore it
-SIMOPEN = {"type": "tcp-simultaneous-open-v1"}
 ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}, SIMOPEN]  # connection kinds this client offers
 # extensions beyond the specification, used only with a peer that lists them too (other clients ignore the key):
 # "stop-v1": a STOP record tells the peer we stopped for good, so it reports "stopped" instead of reconnecting

@@ -18,12 +18,12 @@ import logging
 import socket
 from dataclasses import dataclass
 
+from . import SIMOPEN_ABILITY  # noqa: F401 - re-exported
 from . import portmap as pm
 from .netcheck import stun, udp_socket
 
 log = logging.getLogger(__name__)
 
-SIMOPEN_ABILITY = {"type": "tcp-simultaneous-open-v1"}
 MAPPING_LIFETIME = 7200  # seconds asked for the listening port's mapping
 DEFAULT_TIMEOUT = 2.0  # seconds for the whole external-address lookup
 
@@ -112,7 +112,8 @@ SIMOPEN_RETRY = 0.5  # seconds between those dials (a NAT that answers a early S
 def reusable_socket(family: int, port: int = 0) -> socket.socket:
     """A TCP socket bound to `port` with SO_REUSEADDR + SO_REUSEPORT, so a listener and any number of
     outbound connections can share the port (each connection still has its own 4-tuple)."""
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio turns Nagle off only on sockets whose proto says TCP (common/listen.py)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

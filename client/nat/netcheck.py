@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 from burrow.wire.stun import StunError, build_binding_request, parse_binding_response
 
-from ..transit.aio import local_addresses
 from . import portmap as pm
 from .report import Report, classify, preferred_relay
 
@@ -213,6 +212,8 @@ async def _http(relays: list[Relay], r: Report, timeout: float, ssl_context) -> 
 async def netcheck(relays: list[Relay], *, timeout: float = 2.0, portmap: bool = True, upnp: bool = True,
                    http: bool = True, ssl_context: ssl.SSLContext | bool | None = None) -> Report:
     """Probe everything at once; no step takes much longer than `timeout` seconds (UPnP: its search)."""
+    from ..transit.aio import local_addresses  # here: transit.aio imports this module (via hints.py)
+
     r = Report(local_v4=local_addresses(include_loopback=False))
     jobs = [_udp_v4(relays, r, timeout), _udp_v6(relays, r, timeout)]
     if portmap:

@@ -47,7 +47,9 @@ class Servers:
 
 
 def python_env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    env.pop("BURROW_NO_PORTMAP", None)  # tests/conftest.py sets it for clients on the host; the lab maps
+    return env
 
 
 def _wait_tcp(ns: str, host: str, port: int, proc: subprocess.Popen, what: str, lab: Lab, log: str) -> None:

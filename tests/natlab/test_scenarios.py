@@ -1,5 +1,5 @@
-"""Per NAT scenario: `burrow netcheck` names each peer's NAT, and a Dilated file transfer between the two peers
-arrives intact over the expected path (direct or the transit relay). Real processes in the lab's namespaces:
+"""Per NAT scenario: `burrow netcheck` names each peer's NAT, and a Dilated and a classic file transfer between
+the two peers arrive intact over the expected path (direct or the transit relay). Real processes in the lab's namespaces:
 burrow-relay, mailbox and transit relay in the internet, two burrow clients behind the routers."""
 
 from __future__ import annotations
@@ -58,11 +58,14 @@ def test_scenario(lab, scenario):
         assert reports["a"]["portmap"] == "nat-pmp" and reports["b"]["portmap"] is None
     if scenario == "symmetric-v6":
         assert all(r["ipv6"] and r["global_v6"] for r in reports.values())
-    result = services.transfer(lab, topo, servers, "a", "b", SIZE, extra=["--stun-port2", str(services.STUN_PORT2)])
-    assert result.bytes_ok, result.output
-    assert result.path == path, (result.route, result.output)
-    if scenario == "symmetric-v6":
-        assert result.route.startswith("tcp:2001:db8:")
+    for dilated in (True, False):  # Dilation, then classic Transit: the same hints and simultaneous open
+        result = services.transfer(lab, topo, servers, "a", "b", SIZE, dilated=dilated,
+                                   code=f"7-natlab-{'dilated' if dilated else 'classic'}",
+                                   extra=["--stun-port2", str(services.STUN_PORT2)])
+        assert result.bytes_ok, result.output
+        assert result.path == path, (dilated, result.route, result.output)
+        if scenario == "symmetric-v6":
+            assert "2001:db8:" in result.route, (dilated, result.route)
 
 
 @pytest.mark.slow
