@@ -152,6 +152,10 @@ async def _udp_v6(relays: list[Relay], r: Report, timeout: float) -> None:
                 return
 
 
+async def _pcp(r: Report) -> None:
+    r.pcp = await pm.pcp_announce()
+
+
 async def _portmap(r: Report, upnp: bool) -> None:
     with socket.socket() as probe:  # a free TCP port number to map for the test
         probe.bind(("0.0.0.0", 0))
@@ -218,6 +222,7 @@ async def netcheck(relays: list[Relay], *, timeout: float = 2.0, portmap: bool =
     jobs = [_udp_v4(relays, r, timeout), _udp_v6(relays, r, timeout)]
     if portmap:
         jobs.append(_portmap(r, upnp))
+        jobs.append(_pcp(r))
     if http:
         jobs.append(_http(relays, r, timeout, ssl_context))
     await asyncio.gather(*jobs)

@@ -15,7 +15,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from . import natpmp
+from . import natpmp, pcp
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,9 @@ class _Datagrams(asyncio.DatagramProtocol):
             self.queue.put_nowait(data)
 
 
-async def _natpmp_ask(gateway: str, request: bytes, parse):
-    """Send `request`, retransmitting per natpmp.RETRY_DELAYS; the first answer `parse` accepts."""
+async def _natpmp_ask(gateway: str, request: bytes, parse, error: type[Exception] = natpmp.NatPmpError):
+    """Send `request`, retransmitting per natpmp.RETRY_DELAYS; the first answer `parse` accepts (an `error`
+    with a result code is the gateway's refusal and raised; one without is a stray datagram)."""
     loop = asyncio.get_running_loop()
     transport, proto = await loop.create_datagram_endpoint(_Datagrams, remote_addr=(gateway, natpmp.PORT))
     try:
@@ -76,7 +77,7 @@ async def _natpmp_ask(gateway: str, request: bytes, parse):
                     break
                 try:
                     return parse(data)
-                except natpmp.NatPmpError as e:
+                except error as e:
                     if e.result is not None:
                         raise
         return None
@@ -107,6 +108,27 @@ async def natpmp_unmap(mapping: Mapping) -> None:
     with contextlib.suppress(OSError, natpmp.NatPmpError):
         await _natpmp_ask(mapping.gateway, natpmp.map_request(mapping.protocol, mapping.internal_port, 0, 0),
                           lambda d: natpmp.parse_map(d, mapping.protocol))
+
+
+async def pcp_announce(gateway: str | None = None) -> bool | None:
+    """Does the gateway speak PCP (RFC 6887)? One ANNOUNCE request: True on a PCP answer, False when it stays
+    silent, refuses, or answers as a NAT-PMP-only gateway does; None without a default gateway."""
+    gateway = gateway or default_gateway()
+    if gateway is None:
+        return None
+
+    def parse(data: bytes) -> bool:
+        if data[:1] == b"\0":  # NAT-PMP version 0: "unsupported version"
+            return False
+        pcp.parse_answer(data, pcp.OP_ANNOUNCE)
+        return True
+
+    try:
+        return bool(await _natpmp_ask(gateway, pcp.announce_request(_local_address_towards(gateway)), parse,
+                                      pcp.PcpError))
+    except (OSError, pcp.PcpError) as e:
+        log.info("PCP at %s: %s", gateway, e)
+        return False
 
 
 def _local_address_towards(host: str) -> str:

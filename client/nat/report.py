@@ -31,6 +31,7 @@ class Report:
     hairpin: bool | None = None
     portmap: str | None = None  # "nat-pmp" | "upnp" | None
     portmap_external: str | None = None  # "ip:port" of the test mapping
+    pcp: bool | None = None  # the gateway answered a PCP ANNOUNCE (None: not asked, or no gateway)
     captive_portal: bool | None = None  # None: no relay answered over HTTP(S)
     relay_stun_rtt_s: dict[str, float] = field(default_factory=dict)  # Binding request -> response, fastest
     relay_https_rtt_s: dict[str, float] = field(default_factory=dict)  # GET /derp/probe after the TLS handshake
@@ -84,6 +85,7 @@ def text(r: Report) -> str:
         f"preserves ports:    {yn(r.preserves_port)}",
         f"hairpinning:        {yn(r.hairpin)}",
         f"port mapping:       {r.portmap or 'none'}" + (f" ({r.portmap_external})" if r.portmap_external else ""),
+        f"PCP:                {yn(r.pcp)}",
         f"captive portal:     {yn(r.captive_portal)}",
     ]
     for url in dict.fromkeys([*r.relay_stun_rtt_s, *r.relay_https_rtt_s]):

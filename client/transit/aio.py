@@ -41,8 +41,8 @@ INBOUND_GRACE = 2.0  # seconds a listening side still waits for the peer's conne
 STREAM_LIMIT = 4 * 1024 * 1024  # bytes buffered by a StreamReader before it pauses the socket
 # seconds get_hints waits for external hints: STUN answers in a round trip and a NAT-PMP gateway at once;
 # a slower lookup (a UPnP search) is left out of the hints, and its mapping undone at close()
-EXTERNAL_WAIT = 0.5
-MAPPING_CLOSE_WAIT = 3.0  # seconds close() waits for a late port mapping, to delete it
+EXTERNAL_WAIT = 0.3
+MAPPING_CLOSE_WAIT = 3.0  # seconds a late port mapping gets to finish after close(), to be deleted
 
 
 def local_addresses(include_loopback: bool = True) -> list[str]:
@@ -311,9 +311,22 @@ class Transit:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)
-        if self._mapper is not None:  # the listening port is gone: so goes its mapping
-            if self._mapping is not None and not self._mapping.done():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(asyncio.shield(self._mapping), MAPPING_CLOSE_WAIT)
-            with contextlib.suppress(Exception):
-                await self._mapper.close()
+        if self._mapper is not None:  # the listening port is gone: so goes its mapping, in the background
+            # (the sender closes right after connecting: its data must not wait on the gateway)
+            task = asyncio.ensure_future(_release(self._mapper, self._mapping))
+            _releasing.add(task)
+            task.add_done_callback(_releasing.discard)
+            self._mapper = None
+
+
+_releasing: set[asyncio.Future] = set()  # mapping deletions under way (held so they are not collected)
+
+
+async def _release(mapper: PortMapper, mapping: asyncio.Future | None) -> None:
+    """Delete the port mapping; a lookup still running gets MAPPING_CLOSE_WAIT to finish first (an
+    unfinished one is dropped with the event loop, and the gateway expires its mapping by itself)."""
+    if mapping is not None and not mapping.done():
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(mapping), MAPPING_CLOSE_WAIT)
+    with contextlib.suppress(Exception):
+        await mapper.close()

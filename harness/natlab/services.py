@@ -92,6 +92,7 @@ def start_servers(lab: Lab, topo: Topology) -> Servers:
 @dataclass
 class Transfer:
     scenario: str
+    kind: str = "dilated"  # "dilated" | "classic"
     path: str | None = None  # "direct" | "relay"
     route: str | None = None  # the winning connection's description
     time_to_first_byte_s: float | None = None
@@ -99,11 +100,24 @@ class Transfer:
     bytes_ok: bool = False
     throughput_MBps: float | None = None
     output: dict[str, str] = field(default_factory=dict)
+    timeline: list[tuple[float, str, str]] = field(default_factory=list)  # (s since start, who, line)
 
     def row(self) -> dict:
         return {"scenario": self.scenario, "path": self.path, "time_to_first_byte_s": self.time_to_first_byte_s,
                 "time_to_direct_s": self.time_to_direct_s, "bytes_ok": self.bytes_ok,
-                "throughput_MBps": self.throughput_MBps}
+                "throughput_MBps": self.throughput_MBps, "transfer": self.kind, "phases": self.phases()}
+
+    def phases(self) -> dict:
+        """Where the time to the first byte went, in seconds since both processes were started:
+        code_s       the sender printed the code (Python start-up, imports, mailbox connection, claim)
+        key_s        the sender printed "Sending file" (PAKE and verifier done; classic transfers only)
+        connected_s  the first side reported its connection (hint exchange, external hints, dials)
+        first_byte_s the first byte reached the receiver's disk"""
+        def first(pattern, who=None):
+            return next((at for at, w, line in self.timeline
+                         if (who is None or w == who) and re.search(pattern, line)), None)
+        return {"code_s": first(r"^Wormhole code is", "sender"), "key_s": first(r"^Sending (file|directory) ", "sender"),
+                "connected_s": first(CONNECTED.pattern), "first_byte_s": self.time_to_first_byte_s}
 
 
 def _reader(proc: subprocess.Popen, lines: list, t0: float) -> None:
@@ -124,7 +138,7 @@ def transfer(lab: Lab, topo: Topology, servers: Servers, sender: str, receiver: 
     common = [*servers.client_args(), "--hide-progress", *extra]
     send = [*client, "send", *common, "--code", code, *(["--dilated"] if dilated else []), str(src)]
     recv = [*client, "receive", *common, "--accept-file", "-o", str(out), code]
-    result = Transfer(topo.scenario.name)
+    result = Transfer(topo.scenario.name, "dilated" if dilated else "classic")
     t0 = time.monotonic()
     procs, lines = {}, {}
     for who, argv in (("sender", send), ("receiver", recv)):
@@ -148,6 +162,7 @@ def transfer(lab: Lab, topo: Topology, servers: Servers, sender: str, receiver: 
         p.wait()
     end = time.monotonic() - t0
     result.output = {who: "\n".join(line for _, line in ls) for who, ls in lines.items()}
+    result.timeline = sorted((round(at, 3), who, line) for who, ls in lines.items() for at, line in ls)
     for at, line in lines["receiver"] + lines["sender"]:
         m = CONNECTED.search(line)
         if m:

@@ -54,6 +54,8 @@ def test_scenario(lab, scenario):
     for r in reports.values():
         assert r["captive_portal"] is False and r["preferred_relay"] == servers.relay_url
         assert r["hairpin"] in (False, None)  # Linux NAT does not hairpin (harness/natlab/topology.py)
+    # only miniupnpd (the upnp router) answers PCP; the other routers stay silent on UDP 5351
+    assert {p: r["pcp"] for p, r in reports.items()} == {p: scenario == "upnp" and p == "a" for p in reports}
     if scenario == "upnp":
         assert reports["a"]["portmap"] == "nat-pmp" and reports["b"]["portmap"] is None
     if scenario == "symmetric-v6":
