@@ -9,12 +9,15 @@ namespace and points miniupnpd at it.
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import struct
 import sys
 import time
 from pathlib import Path
 
-from .rig import Lab, LabError
+from .rig import Lab, LabError, inside
 from .topology import ISP_STUN_PORT, Topology
 
 START_TIMEOUT = 15.0  # seconds for miniupnpd to pass its STUN check and listen
@@ -46,6 +49,27 @@ def missing() -> str | None:
     return None
 
 
+def start_isp_stun(lab: Lab, topo: Topology, port: int = ISP_STUN_PORT) -> tuple[str, int]:
+    """Run isp_stun.py on the internet's server address and wait until it answers a Binding request."""
+    script = Path(__file__).with_name("isp_stun.py")
+    log = f"isp-stun-{port}.log"
+    proc = lab.spawn(topo.inet, [sys.executable, str(script), topo.server_v4, str(port)], log=log)
+    server = (topo.server_v4, port)
+    with inside(topo.inet):
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with probe:
+        probe.settimeout(0.2)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            probe.sendto(struct.pack("!HHI", 1, 0, 0x2112A442) + os.urandom(12), server)
+            try:
+                probe.recvfrom(2048)
+                return server
+            except TimeoutError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise LabError(f"isp_stun.py on {server} did not answer:\n{lab.log(log)[-2000:]}") from None
+
+
 def start(lab: Lab, topo: Topology) -> None:
     """Start miniupnpd on every UPnP router of the topology and wait until it forwards ports."""
     routers = [r for r in topo.routers.values() if r.nat.upnp]
@@ -54,8 +78,7 @@ def start(lab: Lab, topo: Topology) -> None:
     problem = missing()
     if problem:
         raise LabError(problem)
-    script = Path(__file__).with_name("isp_stun.py")
-    lab.spawn(topo.inet, [sys.executable, str(script), topo.server_v4, str(ISP_STUN_PORT)], log="isp-stun.log")
+    start_isp_stun(lab, topo)
     for r in routers:
         conf = lab.workdir / f"miniupnpd-{r.name}.conf"
         conf.write_text(CONFIG.format(stun_host=topo.server_v4, stun_port=ISP_STUN_PORT, index=r.index))

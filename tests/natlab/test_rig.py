@@ -7,19 +7,15 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from harness import natlab
+from harness.natlab import upnp
 from harness.natlab.rig import Lab, LabError, inside, missing_requirements
 from harness.natlab.topology import ISP_STUN_PORT, build
 
 COOKIE = 0x2112A442
-ISP = str(Path(natlab.__file__).with_name("isp_stun.py"))
 
 
 def _stun(sock: socket.socket, server: tuple[str, int], timeout: float = 1.0) -> tuple[str, int] | None:
@@ -47,11 +43,7 @@ def lab(tmp_path):
 
 
 def _stun_servers(lab: Lab, topo) -> list[tuple[str, int]]:
-    ports = [ISP_STUN_PORT, ISP_STUN_PORT + 1]
-    for p in ports:
-        lab.spawn(topo.inet, [sys.executable, ISP, topo.server_v4, str(p)], log=f"stun{p}.log")
-    time.sleep(0.3)
-    return [(topo.server_v4, p) for p in ports]
+    return [upnp.start_isp_stun(lab, topo, p) for p in (ISP_STUN_PORT, ISP_STUN_PORT + 1)]
 
 
 def _mappings(topo, peer: str, servers) -> list[tuple[str, int] | None]:
@@ -193,7 +185,6 @@ def test_ipv6_is_routed_behind_a_stateful_firewall(lab):
 
 
 def test_upnp_router_forwards_a_nat_pmp_mapping(lab):
-    from harness.natlab import upnp
 
     topo = build(lab, "upnp")
     upnp.start(lab, topo)
