@@ -226,8 +226,9 @@ async def start_stun_server(host: str, port: int, *, rate_per_source: float, bur
     """Bind UDP `host:port` ("::" means dual-stack) and answer Binding requests until `.close()`.
 
     `registry` is a prometheus_client CollectorRegistry (or None) that receives
-    <metric_prefix>_requests_total{result=...} (burrow_relay_stun2_... for --stun-port2). Above `capacity` requests/s in all (0: always),
-    `rate_per_source` (requests/s, 0 = unlimited) and `burst` configure each source's token bucket.
+    <metric_prefix>_requests_total{result=...} (burrow_relay_stun2_... for --stun-port2). Above
+    `capacity` requests/s in all (0: always), `rate_per_source` (requests/s, 0 = unlimited) and `burst`
+    configure each source's token bucket.
     """
     loop = asyncio.get_running_loop()
     sock = _bind(host, port)
