@@ -16,6 +16,7 @@ import os
 import ssl
 import sys
 
+from ..options import ClientParser, VersionAction
 from .netcheck import Relay, netcheck
 from .report import text
 
@@ -39,19 +40,22 @@ example:  burrow netcheck https://relay.example.com:8443 --json"""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="burrow netcheck", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ClientParser(prog="burrow netcheck", description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action=VersionAction)
     p.add_argument("relays", nargs="+", metavar="RELAY_URL", help="burrow-relay / DERP URL, e.g. "
                    "https://relay.example.com:8443 (STUN goes to the same host)")
-    p.add_argument("--stun-port", type=int, default=3478, help="relays' STUN port (default %(default)s)")
+    p.add_argument("--stun-port", type=int, default=3478, help="relays' STUN port (default: %(default)s)")
     p.add_argument("--stun-port2", type=int, default=3479,
-                   help="relays' second STUN port, burrow-relay --stun-port2 (0 = skip; default %(default)s)")
-    p.add_argument("--timeout", type=float, default=2.0, help="seconds per probe (default %(default)s)")
+                   help="relays' second STUN port, burrow-relay --stun-port2 (0 = skip; default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds per probe (default: %(default)s)")
     p.add_argument("--no-portmap", action="store_true", default=bool(os.environ.get("BURROW_NO_PORTMAP")),
-                   help="do not try NAT-PMP / UPnP port mapping (env BURROW_NO_PORTMAP=1)")
-    p.add_argument("--ca-file", help="trust this CA (or self-signed) certificate for the HTTPS checks")
-    p.add_argument("--insecure", action="store_true", help="skip certificate verification (development only)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+                   help="do not try NAT-PMP / PCP / UPnP port mapping (env BURROW_NO_PORTMAP=1; "
+                        "default: off)")
+    p.add_argument("--ca-file", help="trust this CA (or self-signed) certificate for the HTTPS checks "
+                                         "(default: the system's CAs)")
+    p.add_argument("--insecure", action="store_true", help="skip certificate verification (testing only; default: off)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (default: aligned lines)")
     return p.parse_args(argv)
 
 
