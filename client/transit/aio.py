@@ -194,12 +194,12 @@ class Transit:
         """Fail the race when nothing is left that could still win."""
         if self._winner.done() or self._dialling or self._inbound:
             return
-        if self._server is not None and not self._grace_over:  # the peer may still be dialling us
+        if self._servers and not self._grace_over:  # the peer may still be dialling us
             if self._grace is None:
                 self._grace = asyncio.get_running_loop().call_later(INBOUND_GRACE, self._end_grace)
             return
         tried = ", ".join(self._failures) or "no path"
-        listening = "; nothing connected to our listener" if self._server is not None else ""
+        listening = "; nothing connected to our listener" if self._servers else ""
         self._winner.set_exception(TransitError(f"no transit path works: tried {tried}{listening}"))
         self._winner.exception()  # retrieved by connect(); never logged as lost
 
