@@ -31,7 +31,9 @@ RELAY_HTTPS, STUN_PORT, STUN_PORT2, MAILBOX_PORT, TRANSIT_PORT = 8443, 3478, 347
 RELAY_NAME = "relay.natlab"  # in every peer's /etc/hosts (Lab.hosts_file) with the relay's IPv4 and IPv6
 START_TIMEOUT = 20.0
 TRANSFER_TIMEOUT = 120.0
-CONNECTED = re.compile(r"dilation connected via (\w+) (\S+)|Receiving \((\w+) ([^)]+)\)")
+# the line each side prints when its transfer connected: Dilation ("Connected (direct tcp:...)", and the
+# older "dilation connected via ..."), classic ("Receiving (relay ...)...", "Sending (direct ...)...")
+CONNECTED = re.compile(r"dilation connected via (\w+) (\S+)|Receiving \((\w+) ([^)]+)\)|^Connected \((\w+) ([^)]+)\)")
 
 
 @dataclass
@@ -166,7 +168,7 @@ def transfer(lab: Lab, topo: Topology, servers: Servers, sender: str, receiver: 
     for at, line in lines["receiver"] + lines["sender"]:
         m = CONNECTED.search(line)
         if m:
-            kind, route = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            kind, route = [g for g in m.groups() if g][:2]
             result.path, result.route = ("direct" if kind == "direct" else "relay"), route
             if kind == "direct":
                 result.time_to_direct_s = round(at, 3) if result.time_to_direct_s is None else \
