@@ -215,13 +215,19 @@ async def connect_unless_peer_gives_up(w: Wormhole, transit: Transit) -> RecordP
         try:
             peer.result()  # raises TransferError for the receiver's error; other messages are not for now
         except TransferError as e:
-            connecting.cancel()
+            _abandon(connecting)
             if NO_TRANSIT_PATH in str(e):
                 raise TransitError(str(e)) from None
             raise
         except BaseException:
-            connecting.cancel()
+            _abandon(connecting)
             raise
+
+
+def _abandon(task: asyncio.Future) -> None:
+    """Cancel `task`; if its own failure races the cancellation, it is retrieved here, not logged as lost."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 async def _connect_or_tell(w: Wormhole, transit: Transit) -> RecordPipe:
