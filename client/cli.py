@@ -65,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--no-listen", action="store_true",
                         help="do not listen for direct connections: the peer dials us or we use the transit "
                              "relay (default: off)")
+    common.add_argument("--stun-server", default=os.environ.get("BURROW_STUN_SERVER"), metavar="HOST[:PORT]",
+                        help="STUN server (e.g. burrow-relay's, port 3478) for learning the NAT's public address; "
+                             "with it, peers behind port-preserving NATs get a direct path (env BURROW_STUN_SERVER; "
+                             "default: none)")
+    common.add_argument("--stun-port2", type=int, default=0, metavar="PORT",
+                        help="the STUN server's second port (burrow-relay --stun-port2): skip the STUN hint behind "
+                             "NATs whose mapping depends on the destination (default: 0, none)")
+    common.add_argument("--no-portmap", action="store_true", default=bool(os.environ.get("BURROW_NO_PORTMAP")),
+                        help="do not ask the router for a port mapping (NAT-PMP, UPnP IGD; env BURROW_NO_PORTMAP=1; "
+                             "default: off)")
     common.add_argument("--verify", action="store_true",
                         help="show the verifier (sender: ask before sending; default: off)")
     p = ClientParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")
@@ -88,11 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the file or directory (default: its name, in this directory)")
     sub.add_parser("relay-probe", help="check a DERP/iroh relay end to end (burrow relay-probe --help)",
                    add_help=False)
+    sub.add_parser("netcheck", help="what the network allows: NAT kind, public address, port mapping "
+                                    "(burrow netcheck --help)", add_help=False)
     sub.add_parser("forward", help="forward TCP ports to or from another computer (burrow forward --help)",
                    add_help=False)
     sub.add_parser("messaging", help="peer-to-peer messages: listen / send (burrow messaging --help)",
                    add_help=False)
     return p
+
+
+def nat_options(args: argparse.Namespace):
+    """The client.nat options the CLI flags ask for (None with --no-listen: nothing to advertise)."""
+    from .nat.hints import NatOptions, parse_stun_server
+
+    if getattr(args, "no_listen", False):
+        return None
+    stun = parse_stun_server(args.stun_server) if getattr(args, "stun_server", None) else None
+    return NatOptions(stun_server=stun, stun_port2=getattr(args, "stun_port2", 0),
+                      portmap=not getattr(args, "no_portmap", False))
 
 
 def _say(msg: str) -> None:
@@ -101,7 +124,8 @@ def _say(msg: str) -> None:
 
 def _wormhole(args: argparse.Namespace, **kwargs) -> Wormhole:
     return Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper,
-                    on_welcome=_on_welcome(args.relay_url), ssl_context=ssl_context(args), **kwargs)
+                    on_welcome=_on_welcome(args.relay_url), ssl_context=ssl_context(args), nat=nat_options(args),
+                    **kwargs)
 
 
 def _on_welcome(relay_url: str):
@@ -304,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     retain_freed_memory()
     if argv and argv[0] == "relay-probe":
         sys.exit(_hook("burrow.client.apps.relay_probe", argv[1:]))
+    if argv and argv[0] == "netcheck":
+        sys.exit(_hook("burrow.client.nat.cli", argv[1:]))
     if argv and argv[0] == "forward":
         sys.exit(_hook("burrow.client.apps.forward", argv[1:]))
     if argv and argv[0] == "messaging":

@@ -62,11 +62,12 @@ class Wormhole:
                  app_versions: dict | None = None, versions_extra: dict | None = None,
                  on_dilate_message: Callable[[str, bytes], None] | None = None,
                  on_welcome: Callable[[dict], None] | None = None, dilation: bool = False,
-                 ssl_context: ssl.SSLContext | None = None):
+                 ssl_context: ssl.SSLContext | None = None, nat=None):
         self.relay_url = relay_url
         self._ssl = ssl_context  # for a wss:// mailbox; None: the system's CAs
         self.appid = appid
         self.transit_helper = transit_helper
+        self.nat = nat  # client.nat.hints.NatOptions for direct hints through NATs (None: local hints only)
         offer = {}
         if dilation:
             from .dilation.versions import versions_fields  # loads no Dilation code

@@ -22,6 +22,8 @@ class RelayConfig:
     stun_port: int = setting(3478, "UDP port for STUN", off=0)
     stun_capacity: float = setting(20000.0, "STUN requests answered in all before per-source limits apply "
                                    "(0 = always limit per source)", "requests/s")
+    stun_port2: int = setting(0, "second UDP port answering STUN (0 = off): clients compare the mappings they "
+                              "get on both ports to tell endpoint-dependent (symmetric) NATs apart")
     stun_rate_per_source: float = setting(20.0, "STUN requests answered per source address while above "
                                           "--stun-capacity (0 = unlimited)", "requests/s")
     stun_burst: int = setting(40, "STUN burst per source address while above --stun-capacity", "requests",

@@ -66,7 +66,8 @@ class RelayServer:
         self._dirty: list[Peer] = []
         self._flush_scheduled = False
         self._stats_task: asyncio.Task | None = None
-        self._stun = None
+        self._stun = self._stun2 = None
+        self.stun_port2 = 0
         self._admin: AdminServer | None = None
         self.prometheus = make_registry(self.stats)
         self.proxy = proxy_policy("relay", config.proxy_protocol, self.prometheus)
@@ -164,6 +165,11 @@ class RelayServer:
                                              registry=self.prometheus)
         self.stun_port = self._stun.port
         self.stats.stun_answered = lambda: self._stun.answered
+        if cfg.stun_port2 > 0:  # same code and limits, its own counters (burrow_relay_stun2_*)
+            self._stun2 = await start_stun_server(cfg.host, cfg.stun_port2, rate_per_source=cfg.stun_rate_per_source,
+                                                  burst=cfg.stun_burst, capacity=cfg.stun_capacity,
+                                                  registry=self.prometheus, metric_prefix="burrow_relay_stun2")
+            self.stun_port2 = self._stun2.port
 
     def reload(self) -> None:
         """SIGHUP: re-read the allow-list and close clients it no longer admits."""
@@ -204,8 +210,9 @@ class RelayServer:
                 await asyncio.wait_for(srv.wait_closed(), self.config.shutdown_grace + 1.0)
         if self._stats_task is not None:
             self._stats_task.cancel()
-        if self._stun is not None:
-            self._stun.close()
+        for stun in (self._stun, self._stun2):
+            if stun is not None:
+                stun.close()
         if self._admin is not None:
             await self._admin.stop()
         await self.access.close()

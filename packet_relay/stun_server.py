@@ -181,8 +181,8 @@ class StunServer:
 class _Collector:
     """Exposes the server's plain int counters at scrape time, so the hot path never locks."""
 
-    def __init__(self, server: StunServer) -> None:
-        self.server = server
+    def __init__(self, server: StunServer, prefix: str) -> None:
+        self.server, self.prefix = server, prefix
 
     def describe(self) -> list:
         return list(self.collect())
@@ -191,12 +191,12 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         requests = CounterMetricFamily(
-            "burrow_relay_stun_requests", "STUN datagrams received, by what became of them",
+            f"{self.prefix}_requests", "STUN datagrams received, by what became of them",
             labels=["result"])
         for result, value in self.server.counts().items():
             requests.add_metric([result], value)
         yield requests
-        yield GaugeMetricFamily("burrow_relay_stun_rate_limit_sources",
+        yield GaugeMetricFamily(f"{self.prefix}_rate_limit_sources",
                                 "sources tracked by the STUN per-source rate limiter",
                                 value=len(self.server.limiter))
 
@@ -221,19 +221,21 @@ def _bind(host: str, port: int) -> socket.socket:
 
 async def start_stun_server(host: str, port: int, *, rate_per_source: float, burst: int, registry,
                             capacity: float = DEFAULT_CAPACITY, max_sources: int = DEFAULT_MAX_SOURCES,
-                            software: str | None = DEFAULT_SOFTWARE) -> StunServer:
+                            software: str | None = DEFAULT_SOFTWARE,
+                            metric_prefix: str = "burrow_relay_stun") -> StunServer:
     """Bind UDP `host:port` ("::" means dual-stack) and answer Binding requests until `.close()`.
 
     `registry` is a prometheus_client CollectorRegistry (or None) that receives
-    burrow_relay_stun_requests_total{result=...}. Above `capacity` requests/s in all (0: always),
-    `rate_per_source` (requests/s, 0 = unlimited) and `burst` configure each source's token bucket.
+    <metric_prefix>_requests_total{result=...} (burrow_relay_stun2_... for --stun-port2). Above
+    `capacity` requests/s in all (0: always), `rate_per_source` (requests/s, 0 = unlimited) and `burst`
+    configure each source's token bucket.
     """
     loop = asyncio.get_running_loop()
     sock = _bind(host, port)
     server = StunServer(sock, loop, SourceLimiter(rate_per_source, burst, max_sources), Responder(software),
                         Pressure(capacity, monotonic()))
     if registry is not None:
-        collector = _Collector(server)
+        collector = _Collector(server, metric_prefix)
         try:
             registry.register(collector)
         except Exception:

@@ -64,7 +64,10 @@ async def cmd_send_dilated(args) -> int:
         return 2
     total = sum(p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
                 for p in paths)
+    from ..cli import nat_options
+
     w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, ssl_context=ssl_context(args),
+                 nat=nat_options(args),
                  **SENDER_WORMHOLE_KWARGS)
     await w.open()
     try:

@@ -124,26 +124,27 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
     await w.get_verifier()
     transit: Transit | None = None
 
-    async def ensure_transit(peer_hints: list) -> Transit:
+    async def ensure_transit(peer_transit: dict) -> Transit:
         nonlocal transit
         if transit is None:
             from burrow.client.transit.aio import Transit
             from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
 
-            transit = Transit("receiver", transit_helper=w.transit_helper, no_listen=opts.no_listen)
+            transit = Transit("receiver", transit_helper=w.transit_helper, no_listen=opts.no_listen,
+                              nat=getattr(w, "nat", None))
             transit.set_key(w.derive_key(TRANSIT_KEY_PURPOSE, TRANSIT_KEY_LENGTH))
-            transit.add_peer_hints(peer_hints)
+            transit.add_peer_transit(peer_transit)
             hints = await transit.get_hints()
             _send(w, {"transit": {"abilities-v1": ABILITIES, "hints-v1": hints}})
         else:
-            transit.add_peer_hints(peer_hints)
+            transit.add_peer_transit(peer_transit)
         return transit
 
     try:
         while True:
             msg = await _recv(w)
             if "transit" in msg and isinstance(msg["transit"], dict):
-                await ensure_transit(msg["transit"].get("hints-v1", []))
+                await ensure_transit(msg["transit"])
             if "offer" in msg:
                 try:
                     offer = Offer.decode(msg["offer"])
@@ -153,7 +154,7 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
                 if offer.kind == "text":
                     _send(w, {"answer": {"message_ack": "ok"}})
                     return Received(Offer("text", text=offer.text[:MAX_TEXT]))
-                t = await ensure_transit([])
+                t = await ensure_transit({})
                 return await _receive_data(w, t, offer, opts)
     finally:
         if transit is not None:

@@ -159,7 +159,8 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
         from burrow.client.transit.aio import Transit
         from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
 
-        transit = Transit("sender", transit_helper=w.transit_helper, no_listen=no_listen)
+        transit = Transit("sender", transit_helper=w.transit_helper, no_listen=no_listen,
+                          nat=getattr(w, "nat", None))
         try:
             hints = await transit.get_hints()
             _send(w, {"transit": {"abilities-v1": ABILITIES, "hints-v1": hints}})
@@ -168,7 +169,7 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
             while True:
                 msg = await _recv(w)
                 if "transit" in msg:
-                    transit.add_peer_hints(msg["transit"].get("hints-v1", []))
+                    transit.add_peer_transit(msg["transit"])
                 if "answer" in msg:
                     if msg["answer"].get("file_ack") != "ok":
                         raise TransferError(f"transfer not accepted: {msg['answer']!r}")
@@ -214,13 +215,19 @@ async def connect_unless_peer_gives_up(w: Wormhole, transit: Transit) -> RecordP
         try:
             peer.result()  # raises TransferError for the receiver's error; other messages are not for now
         except TransferError as e:
-            connecting.cancel()
+            _abandon(connecting)
             if NO_TRANSIT_PATH in str(e):
                 raise TransitError(str(e)) from None
             raise
         except BaseException:
-            connecting.cancel()
+            _abandon(connecting)
             raise
+
+
+def _abandon(task: asyncio.Future) -> None:
+    """Cancel `task`; if its own failure races the cancellation, it is retrieved here, not logged as lost."""
+    task.cancel()
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 async def _connect_or_tell(w: Wormhole, transit: Transit) -> RecordPipe:

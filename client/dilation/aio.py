@@ -61,7 +61,8 @@ async def dilate(wormhole, *, transit_relay: str | None = None, listen: bool = T
     d = Dilation(send_phase=wormhole.send_phase, dilation_key=key,
                  transit_relay=transit_relay if transit_relay is not None else wormhole.transit_helper,
                  listen=listen, listen_addresses=listen_addresses, ping_interval=ping_interval,
-                 relay_delay=relay_delay, on_status=on_status, side=side, versions=versions, **kwargs)
+                 relay_delay=relay_delay, on_status=on_status, side=side, versions=versions,
+                 **{"nat": getattr(wormhole, "nat", None), **kwargs})
     d.start(peer_versions)
     if d.status.state == "failed":
         raise OldPeerCannotDilate(d.status.reason)

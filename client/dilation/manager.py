@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .versions import ABILITIES, SUPPORTED_VERSIONS, versions_fields  # noqa: F401 - part of L1's surface
+from .versions import ABILITIES, SIMOPEN, SUPPORTED_VERSIONS, versions_fields  # noqa: F401 - part of L1's surface
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class Manager:
         self.generation = 0  # Connector runs started so far
         self._next_phase = 0
         self._early: list[dict] = []
+        self.peer_simopen = False  # the peer listed tcp-simultaneous-open-v1 in its dilation-abilities
 
     # -- helpers
     def _send(self, **msg) -> Send:
@@ -94,6 +95,8 @@ class Manager:
     def start(self, peer_versions: dict) -> list[Action]:
         if self.state != "WAITING":
             return []
+        abilities = peer_versions.get("dilation-abilities")
+        self.peer_simopen = isinstance(abilities, list) and SIMOPEN in abilities
         theirs = peer_versions.get("can-dilate", [])
         self.version = choose_version(self.versions, theirs if isinstance(theirs, list) else [])
         if self.version is None:

@@ -87,8 +87,9 @@ class Dilation:
                  max_unacked_bytes: int = DEFAULT_MAX_UNACKED_BYTES, reader_limit: int = READER_LIMIT,
                  max_record_payload: int = MAX_RECORD_PAYLOAD, max_frame: int = DEFAULT_MAX_FRAME,
                  generation_timeout: float = GENERATION_TIMEOUT, versions: tuple[str, ...] = SUPPORTED_VERSIONS,
-                 ack_every_bytes: int = ACK_EVERY_BYTES, ack_delay: float = ACK_DELAY):
+                 ack_every_bytes: int = ACK_EVERY_BYTES, ack_delay: float = ACK_DELAY, nat=None):
         self._send_phase = send_phase
+        self._nat = nat  # client.nat.hints.NatOptions: external hints (STUN, port mapping); None = local only
         self._key = dilation_key
         self._relay = parse_relay_location(transit_relay) if transit_relay else None
         self._listen, self._listen_addresses = listen, listen_addresses
@@ -194,7 +195,7 @@ class Dilation:
         c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
                       codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
                       listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
-                      max_frame=self._max_frame)
+                      max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen)
         self._connector = c
         self._spawn(c.start())
         if self.manager.leader:

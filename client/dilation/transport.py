@@ -21,6 +21,7 @@ import logging
 import socket
 import sys
 
+from ..nat.hints import PortMapper, dial_from, global_v6_addresses, listening_sockets, stun_hint
 from .errors import ProtocolError
 from .selection import Attempt, Selected, Selector, Viable, dial_delays
 
@@ -85,6 +86,14 @@ def local_addresses() -> list[str]:
     addrs = list(dict.fromkeys(addrs))
     outside = [a for a in addrs if not ipaddress.ip_address(a).is_loopback]
     return outside or ["127.0.0.1"]
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_hints(hints: list) -> tuple[list[tuple[str, int, float]], list[tuple[str, int]]]:
@@ -223,7 +232,7 @@ class Connector:
 
     def __init__(self, runtime, generation: int, *, leader: bool, side: str, key: bytes, codec_factory,
                  relay: tuple[str, int] | None, listen: bool, listen_addresses: list[str] | None,
-                 relay_delay: float, max_frame: int):
+                 relay_delay: float, max_frame: int, nat=None, simopen: bool = False):
         self.runtime = runtime
         self.generation = generation
         self.leader = leader
@@ -244,6 +253,10 @@ class Connector:
         self.winner: L2Protocol | None = None
         self.stopped = False
         self.paths: list[str] = []
+        self._nat = nat  # client.nat.hints.NatOptions, or None: local hints only
+        self._simopen = simopen  # the peer dials from its listening port too: so do we
+        self._listen_port: int | None = None
+        self._mapper: PortMapper | None = None
 
     def _attempt(self, *, via_relay: bool, direct: bool, description: str) -> Attempt:
         return Attempt(self._key, leader=self.leader, side=self._side, via_relay=via_relay, direct=direct,
@@ -252,24 +265,51 @@ class Connector:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         if self._listen:
-            addrs = self._listen_addresses or local_addresses()
-            bind = addrs if self._listen_addresses else ["0.0.0.0"]
-
             def factory():
                 return L2Protocol(self, self._attempt(via_relay=False, direct=True, description="direct inbound"))
 
-            server = await loop.create_server(factory, host=bind, port=0)
-            self._servers.append(server)
-            port = server.sockets[0].getsockname()[1]
+            if self._listen_addresses:
+                addrs = self._listen_addresses
+                server = await loop.create_server(factory, host=addrs, port=0)
+                self._servers.append(server)
+                port = server.sockets[0].getsockname()[1]
+            else:  # one port for IPv4 and IPv6, shared with our simultaneous-open dials
+                socks = listening_sockets()
+                for sock in socks:
+                    self._servers.append(await loop.create_server(factory, sock=sock))
+                port = self._listen_port = socks[0].getsockname()[1]
+                addrs = local_addresses() + (global_v6_addresses() if len(socks) > 1 else [])
             if self.stopped:
-                server.close()
+                for s in self._servers:
+                    s.close()
                 return
             self.runtime.send_hints([{"type": "direct-tcp-v1", "priority": 0.0, "hostname": a, "port": port}
                                   for a in addrs])
+            if self._nat is not None and self._listen_port is not None:
+                self._external_hints(port, set(addrs))
         if self._relay is not None and not self.stopped:
             self.runtime.send_hints([relay_hint(*self._relay)])
             self._dial(self._relay[0], self._relay[1], via_relay=True,
                        delay=self._relay_delay if self._direct_known else 0.0)
+
+    def _external_hints(self, port: int, local: set[str]) -> None:
+        """Publish our NAT's address for `port` as extra hints as each lookup answers (client/nat/hints.py)."""
+        async def publish(lookup) -> None:
+            hint = await lookup
+            if hint is not None and not self.stopped:
+                self.runtime.send_hints([hint])
+
+        nat = self._nat
+        if nat.portmap:
+            self._mapper = PortMapper(port, upnp=nat.upnp)
+            self._spawn(publish(self._mapper.hint(local)))
+        if nat.stun_server is not None:
+            self._spawn(publish(stun_hint(port, nat.stun_server, stun_port2=nat.stun_port2, local=local)))
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
 
     def use_hints(self, hints: list) -> None:
         if self.stopped or self.winner is not None:
@@ -297,10 +337,18 @@ class Connector:
         kind = "relay" if via_relay else "direct"
         desc = f"{kind} tcp:{host}:{port}"
         loop = asyncio.get_running_loop()
+        def factory():
+            return L2Protocol(self, self._attempt(via_relay=via_relay, direct=not via_relay, description=desc))
+
         try:
-            await asyncio.wait_for(loop.create_connection(
-                lambda: L2Protocol(self, self._attempt(via_relay=via_relay, direct=not via_relay,
-                                                       description=desc)), host, port), CONNECT_TIMEOUT)
+            if self._simopen and not via_relay and self._listen_port is not None and _is_ip(host):
+                sock = await dial_from(self._listen_port, host, port, CONNECT_TIMEOUT)
+                if self.stopped or self.winner is not None:
+                    sock.close()
+                    return
+                await loop.create_connection(factory, sock=sock)
+            else:
+                await asyncio.wait_for(loop.create_connection(factory, host, port), CONNECT_TIMEOUT)
         except (TimeoutError, OSError) as e:
             log.debug("dial %s failed: %s", desc, e)
             if self.leader:
@@ -348,6 +396,9 @@ class Connector:
 
     def stop(self, keep: L2Protocol | None = None) -> None:
         self.stopped = True
+        if self._mapper is not None:  # the listening port closes: so does its mapping
+            asyncio.get_running_loop().create_task(self._mapper.close())
+            self._mapper = None
         if self._select_timer:
             self._select_timer.cancel()
         for s in self._servers:

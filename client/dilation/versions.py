@@ -3,8 +3,10 @@ receiver can offer Dilation before it knows whether the sender will use it."""
 
 from __future__ import annotations
 
+from ..nat import SIMOPEN_ABILITY as SIMOPEN  # tcp-simultaneous-open-v1 (client/nat/hints.py)
+
 SUPPORTED_VERSIONS = ("ged", "1")  # magic-wormhole 0.24's record numbering first, then the specification's
-ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]  # connection kinds this client offers
+ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}, SIMOPEN]  # connection kinds this client offers
 # extensions beyond the specification, used only with a peer that lists them too (other clients ignore the key):
 # "stop-v1": a STOP record tells the peer we stopped for good, so it reports "stopped" instead of reconnecting
 STOP_EXTENSION = "stop-v1"

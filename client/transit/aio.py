@@ -1,7 +1,9 @@
 """Asyncio Transit connector and record pipe (thin adapter over protocol.py).
 
-The race: we listen (unless no_listen) and advertise every local address as a direct hint; we dial
-every direct hint of the peer at once, and the relay hints (ours + theirs) after RELAY_DELAY seconds
+The race: we listen (unless no_listen) on one port for IPv4 and IPv6 and advertise every local address as
+a direct hint, plus, with NAT options, our NAT's address for that port (a NAT-PMP / UPnP mapping, or the
+STUN-mapped address when the NAT keeps ports; client/nat/hints.py). We dial every direct hint of the peer
+at once (from our listening port when both offer tcp-simultaneous-open-v1, so the SYNs cross in the NATs), and the relay hints (ours + theirs) after RELAY_DELAY seconds
 when the peer offered direct hints (immediately otherwise), so a direct path gets a head start. The
 sender picks the first connection whose handshake verifies and writes "go" on it, "nevermind" on the
 others; the receiver takes the connection on which "go" arrives.
@@ -23,6 +25,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import TransitError
+from ..nat.hints import PortMapper, dial_from, global_v6_addresses, listening_sockets, stun_hint
 from . import protocol as P
 from .pipe import RecordPipe
 
@@ -36,6 +39,10 @@ CONNECT_TIMEOUT = 120.0  # seconds for the whole race
 DIAL_TIMEOUT = 10.0  # seconds for one TCP connect
 INBOUND_GRACE = 2.0  # seconds a listening side still waits for the peer's connection once its own dials failed
 STREAM_LIMIT = 4 * 1024 * 1024  # bytes buffered by a StreamReader before it pauses the socket
+# seconds get_hints waits for external hints: STUN answers in a round trip and a NAT-PMP gateway at once;
+# a slower lookup (a UPnP search) is left out of the hints, and its mapping undone at close()
+EXTERNAL_WAIT = 0.3
+MAPPING_CLOSE_WAIT = 3.0  # seconds a late port mapping gets to finish after close(), to be deleted
 
 
 def local_addresses(include_loopback: bool = True) -> list[str]:
@@ -72,7 +79,7 @@ class _Candidate:
 
 class Transit:
     def __init__(self, role: str, *, transit_helper: str | None = None, no_listen: bool = False,
-                 relay_delay: float = RELAY_DELAY):
+                 relay_delay: float = RELAY_DELAY, nat=None):
         if role not in ("sender", "receiver"):
             raise ValueError(role)
         self.role = role
@@ -82,7 +89,12 @@ class Transit:
         self._direct: list[P.TcpHint] = []
         self._peer_direct: list[P.TcpHint] = []
         self._relay_side = P.new_relay_side()
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
+        self.nat = nat  # client.nat.hints.NatOptions: external hints; None: local hints only
+        self.peer_simopen = False  # the peer listed tcp-simultaneous-open-v1 in abilities-v1
+        self._listen_port: int | None = None
+        self._mapper: PortMapper | None = None
+        self._mapping: asyncio.Future | None = None
         self._key: bytes | None = None
         self._key_set = asyncio.Event()
         self._winner: asyncio.Future[_Candidate] = asyncio.get_running_loop().create_future()
@@ -96,11 +108,49 @@ class Transit:
 
     # ---- hints
     async def get_hints(self) -> list[dict]:
-        if not self.no_listen and self._server is None:
-            self._server = await asyncio.start_server(self._accepted, host="0.0.0.0", port=0, limit=STREAM_LIMIT)
-            port = self._server.sockets[0].getsockname()[1]
-            self._direct = [P.TcpHint(a, port) for a in local_addresses()]
+        if not self.no_listen and not self._servers:
+            socks = listening_sockets()  # one port number for IPv4 and IPv6, shared with simultaneous-open dials
+            for sock in socks:
+                self._servers.append(await asyncio.start_server(self._accepted, sock=sock, limit=STREAM_LIMIT))
+            port = self._listen_port = socks[0].getsockname()[1]
+            addrs = local_addresses() + (global_v6_addresses() if len(socks) > 1 else [])
+            self._direct = [P.TcpHint(a, port) for a in addrs]
+            if self.nat is not None:
+                external = await self._external_hints(port, set(addrs))
+                self._direct += [h for h in dict.fromkeys(external) if h not in self._direct]
         return P.encode_hints(self._direct, self._relays)
+
+    async def _external_hints(self, port: int, local: set[str]) -> list[P.TcpHint]:
+        """Our NAT's address for `port`, from the lookups that answer within EXTERNAL_WAIT."""
+        nat, lookups = self.nat, []
+        if nat.portmap:
+            self._mapper = PortMapper(port, upnp=nat.upnp)
+            self._mapping = asyncio.ensure_future(self._mapper.hint(local))
+            lookups.append(self._mapping)
+        if nat.stun_server is not None:
+            lookups.append(asyncio.ensure_future(stun_hint(port, nat.stun_server, stun_port2=nat.stun_port2,
+                                                           local=local)))
+        if not lookups:
+            return []
+        done, _pending = await asyncio.wait(lookups, timeout=EXTERNAL_WAIT)
+        hints = []
+        for t in lookups:
+            if t not in done:
+                if t is not self._mapping:  # a late mapping still has to be deleted at close()
+                    t.cancel()
+                continue
+            if t.exception() is not None:
+                log.debug("external hint lookup failed: %r", t.exception())
+            elif t.result() is not None:
+                hints.append(P.TcpHint(t.result()["hostname"], t.result()["port"]))
+        return hints
+
+    def add_peer_transit(self, transit_message: dict) -> None:
+        """The peer's `transit` message: its hints, and whether it does TCP simultaneous open."""
+        if not isinstance(transit_message, dict):
+            return
+        self.peer_simopen = self.peer_simopen or P.offers_simultaneous_open(transit_message)
+        self.add_peer_hints(transit_message.get("hints-v1", []))
 
     def add_peer_hints(self, hints: list) -> None:
         direct, relays = P.decode_hints(hints)
@@ -121,7 +171,7 @@ class Transit:
         for h in self._relays:
             self._dialling += 1
             self._spawn(self._dial(h, relay=True, delay=delay))
-        if not self._tasks and self._server is None:
+        if not self._tasks and not self._servers:
             raise TransitError("no transit hints to try (no direct hints and no relay)")
         self._check_exhausted()
         try:
@@ -144,12 +194,12 @@ class Transit:
         """Fail the race when nothing is left that could still win."""
         if self._winner.done() or self._dialling or self._inbound:
             return
-        if self._server is not None and not self._grace_over:  # the peer may still be dialling us
+        if self._servers and not self._grace_over:  # the peer may still be dialling us
             if self._grace is None:
                 self._grace = asyncio.get_running_loop().call_later(INBOUND_GRACE, self._end_grace)
             return
         tried = ", ".join(self._failures) or "no path"
-        listening = "; nothing connected to our listener" if self._server is not None else ""
+        listening = "; nothing connected to our listener" if self._servers else ""
         self._winner.set_exception(TransitError(f"no transit path works: tried {tried}{listening}"))
         self._winner.exception()  # retrieved by connect(); never logged as lost
 
@@ -190,7 +240,11 @@ class Transit:
                     if addr in self._relay_addrs:
                         return
                     self._relay_addrs.add(addr)
-                reader, writer = await asyncio.open_connection(addr[0], addr[1], limit=STREAM_LIMIT)
+                if not relay and self.peer_simopen and self._listen_port is not None:
+                    sock = await dial_from(self._listen_port, addr[0], addr[1], DIAL_TIMEOUT)
+                    reader, writer = await asyncio.open_connection(sock=sock, limit=STREAM_LIMIT)
+                else:
+                    reader, writer = await asyncio.open_connection(addr[0], addr[1], limit=STREAM_LIMIT)
         except (OSError, TimeoutError, IndexError) as e:
             self._failed(desc, e)
             return
@@ -245,8 +299,8 @@ class Transit:
         self._winner.set_result(cand)
 
     async def _cleanup(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         me = asyncio.current_task()
         for t in list(self._tasks):
             if t is not me:
@@ -254,6 +308,25 @@ class Transit:
 
     async def close(self) -> None:
         await self._cleanup()
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                await asyncio.wait_for(server.wait_closed(), 2)
+        if self._mapper is not None:  # the listening port is gone: so goes its mapping, in the background
+            # (the sender closes right after connecting: its data must not wait on the gateway)
+            task = asyncio.ensure_future(_release(self._mapper, self._mapping))
+            _releasing.add(task)
+            task.add_done_callback(_releasing.discard)
+            self._mapper = None
+
+
+_releasing: set[asyncio.Future] = set()  # mapping deletions under way (held so they are not collected)
+
+
+async def _release(mapper: PortMapper, mapping: asyncio.Future | None) -> None:
+    """Delete the port mapping; a lookup still running gets MAPPING_CLOSE_WAIT to finish first (an
+    unfinished one is dropped with the event loop, and the gateway expires its mapping by itself)."""
+    if mapping is not None and not mapping.done():
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(mapping), MAPPING_CLOSE_WAIT)
+    with contextlib.suppress(Exception):
+        await mapper.close()

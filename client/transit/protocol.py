@@ -18,12 +18,19 @@ from dataclasses import dataclass, field
 
 from ..errors import TransitError
 from ..keys import hkdf
+from ..nat import SIMOPEN_ABILITY
 from ..sodium import secretbox
 
 TRANSIT_KEY_LENGTH = 32
 MAX_RECORD = 64 * 1024 * 1024  # bytes; a peer announcing more is broken or hostile
 MAX_HANDSHAKE = 1024  # bytes we read before a handshake must be complete
-ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]
+ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}, SIMOPEN_ABILITY]
+
+
+def offers_simultaneous_open(transit_message: dict) -> bool:
+    """Whether the peer's `transit` message lists tcp-simultaneous-open-v1 in abilities-v1."""
+    abilities = transit_message.get("abilities-v1") if isinstance(transit_message, dict) else None
+    return isinstance(abilities, list) and SIMOPEN_ABILITY in abilities
 
 
 class TransitProtocolError(TransitError):

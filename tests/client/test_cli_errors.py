@@ -78,7 +78,7 @@ def test_unwritable_output_is_one_line(wormhole_servers, tmp_path):
 
 
 def test_version_on_every_command_and_help_without_source_paths():
-    for command in ([], ["send"], ["receive"], ["forward"], ["relay-probe"], ["messaging"]):
+    for command in ([], ["send"], ["receive"], ["forward"], ["relay-probe"], ["netcheck"], ["messaging"]):
         rc, out, err = finish(burrow(*command, "--version"))
         assert rc == 0 and out.startswith("burrow ") and not err, (command, out, err)
     rc, out, _ = finish(burrow("--help"))
@@ -98,8 +98,8 @@ def test_relay_probe_untrusted_certificate_names_the_fix(tmp_path):
         assert rc == 0 and "ok   handshake" in out, out
 
 
-@pytest.mark.parametrize("command", [["send"], ["receive"], ["forward"], ["relay-probe"], ["messaging", "listen"],
-                                     ["messaging", "send"]], ids=" ".join)
+@pytest.mark.parametrize("command", [["send"], ["receive"], ["forward"], ["relay-probe"], ["netcheck"],
+                                     ["messaging", "listen"], ["messaging", "send"]], ids=" ".join)
 def test_every_client_option_shows_its_default(command):
     rc, out, _ = finish(burrow(*command, "--help"))
     assert rc == 0

@@ -188,3 +188,13 @@ async def test_pipe_protocol_rejects_bad_length():
     proto.feed((5000).to_bytes(4, "big"))
     with pytest.raises(P.TransitError):
         await proto.next_frame()
+
+
+def test_simultaneous_open_ability_in_the_transit_message():
+    assert {"type": "tcp-simultaneous-open-v1"} in P.ABILITIES
+    ours = {"abilities-v1": P.ABILITIES, "hints-v1": []}
+    assert P.offers_simultaneous_open(ours)
+    # magic-wormhole 0.24 and wormhole-william list only these two
+    assert not P.offers_simultaneous_open({"abilities-v1": [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]})
+    for odd in ({}, {"abilities-v1": "tcp-simultaneous-open-v1"}, {"abilities-v1": None}, []):
+        assert not P.offers_simultaneous_open(odd)
