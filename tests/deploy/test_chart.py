@@ -9,6 +9,7 @@ import json
 
 import helm_python as helm
 import pytest
+import yaml
 
 from tests.deploy.chart_util import (
     CHART,
@@ -66,6 +67,8 @@ VALUE_SETS = {
         "serviceAccount": {"create": False},
         "admin": {"prometheusAnnotations": False},
     },
+    # The high-availability values operators install as they are (helm/burrow/values-ha.yaml).
+    "ha": yaml.safe_load((CHART / "values-ha.yaml").read_text()),
 }
 
 
