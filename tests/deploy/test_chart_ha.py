@@ -57,7 +57,8 @@ def test_bundled_redis_is_durable_private_and_hardened():
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"]
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/data", "/tmp"}
-    assert "redis-cli ping" in container["readinessProbe"]["exec"]["command"][-1]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "redis-cli ping" in container[probe]["exec"]["command"][-1]
     claim = redis["spec"]["volumeClaimTemplates"][0]
     assert claim["metadata"]["name"] == "data" and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert redis["spec"]["serviceName"] == f"{FULL}-redis-headless"
