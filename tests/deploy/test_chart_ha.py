@@ -80,8 +80,11 @@ def test_bundled_redis_is_durable_private_and_hardened():
 
 def test_every_service_is_spread_and_has_a_disruption_budget():
     docs, _ = render(HA)
+    assert one(docs, "StatefulSet", f"{FULL}-transit")["spec"]["replicas"] == HA["transit"]["replicas"] > 1
     for component in ("mailbox", "transit", "relay"):
-        spec = pod_spec(one(docs, "Deployment", f"{FULL}-{component}"))
+        [workload] = [w for w in find(docs, "Deployment") + find(docs, "StatefulSet")
+                      if w["metadata"]["name"] == f"{FULL}-{component}"]
+        spec = pod_spec(workload)
         constraints = spec["topologySpreadConstraints"]
         assert [c["topologyKey"] for c in constraints] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
         for c in constraints:
@@ -96,7 +99,7 @@ def test_every_service_is_spread_and_has_a_disruption_budget():
 
 def test_external_redis_by_url_or_secret():
     docs, notes = render(with_ha(redis={"url": "rediss://:hunter2@redis.example.internal:6380/0"}))
-    assert not find(docs, "StatefulSet")
+    assert not find(docs, "StatefulSet", f"{FULL}-redis")
     env = env_of(pod_spec(one(docs, "Deployment", f"{FULL}-mailbox"))["containers"][0])
     assert env["BURROW_MAILBOX_REDIS_URL"] == "rediss://:hunter2@redis.example.internal:6380/0"
     assert "hunter2" not in notes and "redis.example.internal:6380" in notes
