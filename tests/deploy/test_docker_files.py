@@ -202,11 +202,31 @@ def test_compose_ha_shape():
         grace = duration_ns(services[m]["stop_grace_period"]) / 1e9
         assert grace > float(env["BURROW_MAILBOX_DRAIN_TIMEOUT"]), m
 
+    transits = sorted(n for n in services if n.startswith("transit"))
+    assert len(transits) >= 2
+    for t in transits:
+        assert services[t]["environment"]["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"
+    for m in mailboxes:
+        assert services[m]["environment"]["BURROW_MAILBOX_PROXY_PROTOCOL"] == "true"
+
+    # Each backend lists exactly its compose services, checked on their admin port, with PROXY v2.
     cfg = (DOCKER / "haproxy.cfg").read_text()
-    servers = [line.split() for line in cfg.splitlines() if line.strip().startswith("server ")]
-    assert sorted(s[1] for s in servers) == mailboxes
-    for s in servers:
-        assert s[2] == f"{s[1]}:4000" and s[s.index("port") + 1] == "9400", s
+    backends: dict[str, list[list[str]]] = {}
+    current = None
+    for line in cfg.splitlines():
+        words = line.split()
+        if words[:1] in (["backend"], ["frontend"]):
+            current = words[1] if words[0] == "backend" else None
+        elif words[:1] == ["server"] and current:
+            backends.setdefault(current, []).append(words)
+    expected = {"mailbox": (mailboxes, 4000, 9400), "transit": (transits, 4001, 9401),
+                "transit-websocket": (transits, 4002, 9401)}
+    assert set(backends) == set(expected)
+    for backend, (names, port, admin) in expected.items():
+        assert sorted(s[1] for s in backends[backend]) == names, backend
+        for s in backends[backend]:
+            assert s[2] == f"{s[1]}:{port}" and s[s.index("port") + 1] == str(admin), s
+            assert "send-proxy-v2" in s, s
     assert "./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in services["haproxy"]["volumes"]
     from harness.haproxy import HAPROXY, require_haproxy
 

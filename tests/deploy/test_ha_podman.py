@@ -1,6 +1,6 @@
 """docker/compose.ha.yaml, run through the Docker Engine API (podman serves it, as in the smoke test):
-Redis, two mailbox replicas behind HAProxy, transit and relay. Real magic-wormhole 0.24 clients send
-files through HAProxy while every mailbox container is restarted, one at a time, twice over (SIGTERM:
+Redis, two mailbox replicas and two transit relays behind HAProxy, and the relay. Real magic-wormhole 0.24
+clients send files through HAProxy (the transit relays too, routed by token) while every mailbox container is restarted, one at a time, twice over (SIGTERM:
 the replica drains, its clients reconnect through HAProxy to the other one); every transfer completes
 intact.
 
@@ -54,7 +54,8 @@ if REASON:  # never a silent skip: the HA deployment is part of the product
 BIN = Path(sys.executable).parent
 SERVER_IMAGE = "localhost/burrow-ha:test"
 MAILBOXES = ["mailbox-1", "mailbox-2"]
-SERVICES = ["redis", *MAILBOXES, "transit", "relay", "haproxy"]  # depends_on order
+TRANSITS = ["transit-1", "transit-2"]
+SERVICES = ["redis", *MAILBOXES, *TRANSITS, "relay", "haproxy"]  # depends_on order
 FILE_SIZE = 4 << 20
 LANES = 2
 MAX_TRANSFERS_PER_LANE = 40
@@ -86,11 +87,11 @@ class HA:
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith((sample + " ", sample + "{")))
 
-    def haproxy_status(self) -> dict[str, str]:
-        """HAProxy's view of the mailbox servers (its stats CSV): {'mailbox-1': 'UP', ...}."""
+    def haproxy_status(self, backend: str = "mailbox") -> dict[str, str]:
+        """HAProxy's view of a backend's servers (its stats CSV): {'mailbox-1': 'UP', ...}."""
         with urllib.request.urlopen(self.admin("haproxy") + "/stats;csv", timeout=5) as r:
             rows = csv.DictReader(io.StringIO(r.read().decode().lstrip("# ")))
-            return {row["svname"]: row["status"] for row in rows if row["pxname"] == "mailbox"}
+            return {row["svname"]: row["status"] for row in rows if row["pxname"] == backend}
 
 
 def wait_until(what: str, check, deadline: float, stack: Stack) -> None:
@@ -121,18 +122,18 @@ def ha(tmp_path_factory):
         with wheelhouse(work, "", log) as pip_url:
             build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
         standin = standin_image(client, base, log)
-        names = ["mailbox", "mailbox_admin", "mailbox-2_admin", "transit", "transit_ws", "transit_admin",
-                 "relay_https", "relay_admin", "haproxy_admin"]
+        names = ["mailbox", "mailbox-1_admin", "mailbox-2_admin", "transit", "transit_ws", "transit-1_admin",
+                 "transit-2_admin", "relay_https", "relay_admin", "haproxy_admin"]
         ports = {name: free_port() for name in names}
-        ports["mailbox-1_admin"] = ports["mailbox_admin"]
         env = {
             "BURROW_PUBLISH_MAILBOX": f"127.0.0.1:{ports['mailbox']}",
-            "BURROW_PUBLISH_MAILBOX_ADMIN": str(ports["mailbox_admin"]),
+            "BURROW_PUBLISH_MAILBOX_ADMIN": str(ports["mailbox-1_admin"]),
             "BURROW_PUBLISH_MAILBOX_2_ADMIN": str(ports["mailbox-2_admin"]),
             "BURROW_PUBLISH_HAPROXY_ADMIN": str(ports["haproxy_admin"]),
             "BURROW_PUBLISH_TRANSIT": f"127.0.0.1:{ports['transit']}",
             "BURROW_PUBLISH_TRANSIT_WS": f"127.0.0.1:{ports['transit_ws']}",
-            "BURROW_PUBLISH_TRANSIT_ADMIN": str(ports["transit_admin"]),
+            "BURROW_PUBLISH_TRANSIT_ADMIN": str(ports["transit-1_admin"]),
+            "BURROW_PUBLISH_TRANSIT_2_ADMIN": str(ports["transit-2_admin"]),
             "BURROW_PUBLISH_RELAY_HTTPS": f"127.0.0.1:{ports['relay_https']}",
             "BURROW_PUBLISH_RELAY_STUN": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
             "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay_admin"]),
@@ -149,12 +150,13 @@ def ha(tmp_path_factory):
                     wait_until("redis healthy", lambda: exec_ok(stack, "redis", healthcheck(stack, "redis")),
                                time.monotonic() + 60, stack)
             deadline = time.monotonic() + 120
-            for name in (*MAILBOXES, "transit", "relay"):
+            for name in (*MAILBOXES, *TRANSITS, "relay"):
                 wait_until(f"{name} ready", lambda n=name: ready(f"http://127.0.0.1:{ports[n + '_admin']}"),
                            deadline, stack)
             deployed = HA(client, stack, ports, log)
-            wait_until("haproxy sees both replicas up",
-                       lambda: set(deployed.haproxy_status().get(m) for m in MAILBOXES) == {"UP"}, deadline, stack)
+            wait_until("haproxy sees every replica up",
+                       lambda: set(deployed.haproxy_status("mailbox").get(m) for m in MAILBOXES) ==
+                       set(deployed.haproxy_status("transit").get(t) for t in TRANSITS) == {"UP"}, deadline, stack)
             note(log, "HA stack ready")
             yield deployed
         finally:
@@ -243,7 +245,7 @@ class Lane:
 
 def events_of(ha: HA, replica: str) -> str:
     """The replica's event log (on the shared volume, read through another container)."""
-    code, out = ha.stack.containers["transit"].exec_run(["sh", "-c", f"cat /var/log/burrow/{replica}.jsonl"])
+    code, out = ha.stack.containers["relay"].exec_run(["sh", "-c", f"cat /var/log/burrow/{replica}.jsonl"])
     assert code == 0, out
     return out.decode()
 
@@ -295,3 +297,6 @@ def test_transfers_survive_restarting_every_mailbox_replica(ha, tmp_path):
     assert sum(len(lane.done) for lane in lanes) >= LANES * 2
     for replica in MAILBOXES:  # both replicas served clients
         assert ha.metric(replica, "burrow_mailbox_connections_accepted_total") >= 1
+    # --no-listen on both sides: every file crossed a transit relay, reached through the token hash
+    relayed = sum(ha.metric(t, "burrow_transit_relayed_bytes_total") for t in TRANSITS)
+    assert relayed >= FILE_SIZE * sum(len(lane.done) for lane in lanes)
