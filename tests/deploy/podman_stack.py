@@ -360,9 +360,7 @@ class Stack:
         if "healthcheck" in svc:
             hc = svc["healthcheck"]
             extra["healthcheck"] = {"test": hc["test"], "retries": hc.get("retries", 3),
-                                    **{key: duration_ns(hc[field]) for key, field in (
-                                        ("interval", "interval"), ("timeout", "timeout"),
-                                        ("start_period", "start_period")) if field in hc}}
+                                    **{k: duration_ns(hc[k]) for k in ("interval", "timeout", "start_period") if k in hc}}
         if "user" in svc:
             extra["user"] = svc["user"]
         container = self.client.containers.create(
