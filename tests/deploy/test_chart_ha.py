@@ -81,6 +81,8 @@ def test_bundled_redis_is_durable_private_and_hardened():
 def test_every_service_is_spread_and_has_a_disruption_budget():
     docs, _ = render(HA)
     assert one(docs, "StatefulSet", f"{FULL}-transit")["spec"]["replicas"] == HA["transit"]["replicas"] > 1
+    assert one(docs, "StatefulSet", f"{FULL}-relay")["spec"]["replicas"] == HA["relay"]["replicas"] > 1
+    assert one(docs, "Service", f"{FULL}-relay-mesh")["spec"]["clusterIP"] == "None"
     for component in ("mailbox", "transit", "relay"):
         [workload] = [w for w in find(docs, "Deployment") + find(docs, "StatefulSet")
                       if w["metadata"]["name"] == f"{FULL}-{component}"]
