@@ -9,10 +9,12 @@ Where no image registry is reachable, the python:3.11-slim base becomes a local 
 The containers cannot verify this machine's HTTPS proxy, so pip inside the build reads a wheelhouse the
 host's pip prepared, served over HTTP on 127.0.0.1 (the Dockerfiles' PIP_NO_INDEX/PIP_FIND_LINKS args).
 
-compose.yaml is read and applied by a small interpreter (`Stack`): the file under test is the one
-operators run, not a copy in the test. It applies image, command, environment, ports, named volumes,
-read_only, tmpfs, cap_drop, security_opt and ulimits; `build` is done by `build()`, and `restart` and
-`stop_grace_period` do not matter within a test.
+A compose file is read and applied by a small interpreter (`Stack`): the file under test is the one
+operators run, not a copy in the test. It applies image, command, user, environment, ports, named and
+bind volumes, networks (the service name as DNS alias; podman resolves it with the CNI dnsname
+plugin), read_only, tmpfs, cap_drop, security_opt, ulimits and healthcheck; `build` is done by `build()`,
+`depends_on` by the order a test starts services in, `stop_grace_period` by the timeout a test stops
+containers with (`Stack.stop_timeout`), and `restart` does not matter within a test.
 """
 
 from __future__ import annotations
@@ -280,6 +282,17 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
     return _VAR.sub(one, value)
 
 
+def duration_ns(spec: str | int) -> int:
+    """Compose durations ('10s', '1m30s', '500ms') in nanoseconds, as the Engine API wants them."""
+    if isinstance(spec, int):
+        return spec * 10**9
+    units = {"h": 3600 * 10**9, "m": 60 * 10**9, "s": 10**9, "ms": 10**6, "us": 10**3}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", spec)
+    if not parts or "".join(n + u for n, u in parts) != spec:
+        raise ValueError(f"not a compose duration: {spec!r}")
+    return int(sum(float(n) * units[u] for n, u in parts))
+
+
 def parse_port(spec: str) -> tuple[str, tuple[str, int]]:
     """'127.0.0.1:9400:9400/tcp' -> ('9400/tcp', ('127.0.0.1', 9400))."""
     spec, _, proto = spec.partition("/")
@@ -291,15 +304,23 @@ def parse_port(spec: str) -> tuple[str, tuple[str, int]]:
 class Stack:
     """The services of compose.yaml as containers, with the project's named volumes."""
 
-    def __init__(self, client: Any, project: str, env: dict[str, str], images: dict[str, str]) -> None:
+    def __init__(self, client: Any, project: str, env: dict[str, str], images: dict[str, str],
+                 compose_file: str = "compose.yaml") -> None:
         self.client = client
         self.project = project
         self.env = env
         self.images = images
-        raw = yaml.safe_load((DOCKER_DIR / "compose.yaml").read_text())
+        raw = yaml.safe_load((DOCKER_DIR / compose_file).read_text())
         self.compose = interpolate({k: v for k, v in raw.items() if not k.startswith("x-")}, env)
         self.containers: dict[str, Any] = {}
         self.volumes: list[Any] = []
+        self.networks: list[Any] = []
+
+    def network(self, name: str) -> str:
+        full = f"{self.project}_{name}"
+        if not any(n.name == full for n in self.networks):
+            self.networks.append(self.client.networks.create(full, driver="bridge"))
+        return full
 
     def volume(self, name: str) -> str:
         full = f"{self.project}_{name}"
@@ -315,7 +336,11 @@ class Stack:
         volumes = {}
         for spec in svc.get("volumes", []):
             source, target, *mode = spec.split(":")
-            volumes[self.volume(source)] = {"bind": target, "mode": mode[0] if mode else "rw"}
+            if source.startswith((".", "/")):  # a bind mount, relative to the compose file
+                source = str((DOCKER_DIR / source).resolve())
+            else:
+                source = self.volume(source)
+            volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
         ports = dict(parse_port(p) for p in svc.get("ports", []))
         # Explicit ulimits replace podman's defaults wholesale, so start from the sandbox's set; the
         # compose values apply up to this machine's hard limit (real Docker hosts allow more).
@@ -326,15 +351,33 @@ class Stack:
             ulimits[kind] = (min(soft, cap), min(hard, cap))
         import docker
 
+        extra: dict[str, Any] = {}
+        if svc.get("networks"):
+            # compose attaches every service to its networks under its service name
+            first = self.network(svc["networks"][0])
+            extra["network"] = first
+            extra["networking_config"] = {first: self.client.api.create_endpoint_config(aliases=[name])}
+        if "healthcheck" in svc:
+            hc = svc["healthcheck"]
+            extra["healthcheck"] = {"test": hc["test"], "retries": hc.get("retries", 3),
+                                    **{k: duration_ns(hc[k]) for k in ("interval", "timeout", "start_period") if k in hc}}
+        if "user" in svc:
+            extra["user"] = svc["user"]
         container = self.client.containers.create(
             self.images[name], command=command or svc.get("command"), name=f"{self.project}_{name}",
             environment=svc.get("environment", {}), ports=ports, volumes=volumes,
             read_only=svc.get("read_only", False), tmpfs={p: "" for p in svc.get("tmpfs", [])},
             cap_drop=svc.get("cap_drop"), security_opt=svc.get("security_opt"),
             ulimits=[docker.types.Ulimit(name=k, soft=soft, hard=hard) for k, (soft, hard) in ulimits.items()],
-            labels={"com.docker.compose.project": self.project, "com.docker.compose.service": name})
+            labels={"com.docker.compose.project": self.project, "com.docker.compose.service": name}, **extra)
+        for net in svc.get("networks", [])[1:]:
+            self.client.networks.get(self.network(net)).connect(container, aliases=[name])
         self.containers[name] = container
         return container
+
+    def stop_timeout(self, name: str) -> int:
+        """Seconds between SIGTERM and SIGKILL: the service's stop_grace_period (compose's default 10 s)."""
+        return duration_ns(self.service(name).get("stop_grace_period", "10s")) // 10**9
 
     def up(self, names: list[str]) -> None:
         for name in names:
@@ -349,6 +392,9 @@ class Stack:
         for volume in self.volumes:
             with contextlib.suppress(docker.errors.APIError):
                 volume.remove(force=True)
+        for network in self.networks:
+            with contextlib.suppress(docker.errors.APIError):
+                network.remove()
 
     def logs(self) -> str:
         out = []
@@ -356,3 +402,4 @@ class Stack:
             with contextlib.suppress(Exception):
                 out.append(f"---- {name}\n{container.logs(tail=60).decode(errors='replace')}")
         return "\n".join(out)
+

@@ -19,8 +19,7 @@ from tests.deploy.test_chart import VALUE_SETS
 PACKAGES = {"MAILBOX": "burrow.mailbox_server", "TRANSIT": "burrow.transit_relay", "RELAY": "burrow.packet_relay"}
 NAME = re.compile(r"\bBURROW_(MAILBOX|TRANSIT|RELAY)_([A-Z0-9_]+)\b")
 FILES = ["docker/Dockerfile", "docker/compose.yaml", "docker/compose.tls.yaml", "docker/compose.mesh.yaml",
-         "docs/deploy.md",
-         "helm/burrow/values.yaml"]
+         "docker/compose.ha.yaml", "docs/deploy.md", "helm/burrow/values.yaml"]
 
 
 def config_class(service: str) -> type:

@@ -163,3 +163,73 @@ def test_compose_stack_shape():
     published = {p.split(":")[-2] for p in services["relay"]["ports"] + b["ports"]}
     assert not any(p.endswith(":8080/tcp") for p in b["ports"]), "the mesh port stays on the compose network"
     assert len(published) == len(services["relay"]["ports"] + b["ports"])  # no host port twice
+
+
+
+def test_compose_ha_shape():
+    """compose.ha.yaml: every service healthchecked, hardened and non-root; the mailbox replicas share
+    one durable Redis, have their own names, and may finish their drain before being killed; HAProxy
+    checks exactly those replicas on their admin port (the configuration is checked by haproxy -c)."""
+    from tests.deploy.podman_stack import duration_ns
+
+    compose = yaml.safe_load((DOCKER / "compose.ha.yaml").read_text())
+    services = compose["services"]
+    mailboxes = sorted(n for n in services if n.startswith("mailbox"))
+    assert len(mailboxes) >= 2
+    assert services["report"]["profiles"] == ["report"]
+    for name, svc in services.items():
+        if name == "report":
+            continue
+        assert svc["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), name
+        assert svc["read_only"] is True and svc["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in svc["security_opt"], name
+        assert svc.get("user", "10001:10001").split(":")[0] != "0", name  # the Burrow image runs as 10001
+        for port in svc.get("ports", []):
+            assert port.startswith("127.0.0.1:") or port.split(":")[-1].split("/")[0] in (
+                "4000", "4001", "4002", "8443", "3478"), f"{name}: {port} published beyond loopback"
+    assert "ports" not in services["redis"]
+    redis = services["redis"]["command"]
+    assert redis[redis.index("--appendonly") + 1] == "yes"
+    assert redis[redis.index("--appendfsync") + 1] == "always"
+    assert redis[redis.index("--maxmemory-policy") + 1] == "noeviction"
+    assert "redis-data:/data" in services["redis"]["volumes"]
+    envs = [services[m]["environment"] for m in mailboxes]
+    assert len({e["BURROW_MAILBOX_REDIS_URL"] for e in envs}) == 1
+    assert len({e["BURROW_MAILBOX_REPLICA_ID"] for e in envs}) == len(mailboxes)
+    assert len({e["BURROW_MAILBOX_EVENT_LOG"] for e in envs}) == len(mailboxes)
+    for m, env in zip(mailboxes, envs, strict=True):
+        assert services[m]["depends_on"]["redis"]["condition"] == "service_healthy"
+        grace = duration_ns(services[m]["stop_grace_period"]) / 1e9
+        assert grace > float(env["BURROW_MAILBOX_DRAIN_TIMEOUT"]), m
+
+    transits = sorted(n for n in services if n.startswith("transit"))
+    assert len(transits) >= 2
+    for t in transits:
+        assert services[t]["environment"]["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"
+    for m in mailboxes:
+        assert services[m]["environment"]["BURROW_MAILBOX_PROXY_PROTOCOL"] == "true"
+
+    # Each backend lists exactly its compose services, checked on their admin port, with PROXY v2.
+    cfg = (DOCKER / "haproxy.cfg").read_text()
+    backends: dict[str, list[list[str]]] = {}
+    current = None
+    for line in cfg.splitlines():
+        words = line.split()
+        if words[:1] in (["backend"], ["frontend"]):
+            current = words[1] if words[0] == "backend" else None
+        elif words[:1] == ["server"] and current:
+            backends.setdefault(current, []).append(words)
+    expected = {"mailbox": (mailboxes, 4000, 9400), "transit": (transits, 4001, 9401),
+                "transit-websocket": (transits, 4002, 9401)}
+    assert set(backends) == set(expected)
+    for backend, (names, port, admin) in expected.items():
+        assert sorted(s[1] for s in backends[backend]) == names, backend
+        for s in backends[backend]:
+            assert s[2] == f"{s[1]}:{port}" and s[s.index("port") + 1] == str(admin), s
+            assert "send-proxy-v2" in s, s
+    assert "./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in services["haproxy"]["volumes"]
+    from harness.haproxy import HAPROXY, require_haproxy
+
+    require_haproxy()
+    check = subprocess.run([HAPROXY, "-c", "-f", str(DOCKER / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr

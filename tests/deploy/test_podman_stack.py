@@ -32,3 +32,12 @@ def test_port_specs():
 
 def test_debian_mirror_is_a_url():
     assert podman_stack.debian_mirror().startswith(("http://", "https://"))
+
+
+def test_compose_durations():
+    assert podman_stack.duration_ns("10s") == 10 * 10**9
+    assert podman_stack.duration_ns("1m30s") == 90 * 10**9
+    assert podman_stack.duration_ns("500ms") == 5 * 10**8
+    assert podman_stack.duration_ns(3) == 3 * 10**9
+    with pytest.raises(ValueError):
+        podman_stack.duration_ns("10 seconds")

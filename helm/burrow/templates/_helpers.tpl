@@ -192,3 +192,49 @@ type: {{ $type }}
 externalTrafficPolicy: {{ $root.Values.service.externalTrafficPolicy }}
 {{- end }}
 {{- end }}
+
+{{/* "true" when the mailbox keeps its state in Redis (redis.url, redis.urlSecret or the bundled
+     Redis), else "" (SQLite, one replica). */}}
+{{- define "burrow.mailboxOnRedis" -}}
+{{- $r := .Values.redis }}
+{{- $sources := 0 }}
+{{- if $r.url }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $r.urlSecret.name }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $r.bundled.enabled }}{{ $sources = add1 $sources }}{{ end }}
+{{- if gt $sources 1 }}
+{{- fail "set only one of redis.url, redis.urlSecret.name and redis.bundled.enabled" }}
+{{- end }}
+{{- if gt $sources 0 }}true{{ end }}
+{{- end }}
+
+{{/* The mailbox's BURROW_MAILBOX_REDIS_URL entry. */}}
+{{- define "burrow.mailboxRedisEnv" -}}
+- name: BURROW_MAILBOX_REDIS_URL
+{{- if .Values.redis.urlSecret.name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.urlSecret.name }}
+      key: {{ .Values.redis.urlSecret.key }}
+{{- else if .Values.redis.url }}
+  value: {{ .Values.redis.url | quote }}
+{{- else }}
+  value: "redis://{{ include "burrow.componentName" (list . "redis") }}:6379/0"
+{{- end }}
+{{- end }}
+
+{{/* topologySpreadConstraints of one component's pods. Call with (list $ "mailbox"). */}}
+{{- define "burrow.topologySpread" -}}
+{{- $root := index . 0 }}
+{{- $spread := $root.Values.topologySpread }}
+{{- if $spread.enabled }}
+topologySpreadConstraints:
+{{- range $spread.topologyKeys }}
+  - maxSkew: {{ $spread.maxSkew }}
+    topologyKey: {{ . }}
+    whenUnsatisfiable: {{ $spread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "burrow.selectorLabels" (list $root (index $ 1)) | nindent 8 }}
+{{- end }}
+{{- end }}
+{{- end }}

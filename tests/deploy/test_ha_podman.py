@@ -1,0 +1,313 @@
+"""docker/compose.ha.yaml, run through the Docker Engine API (podman serves it, as in the smoke test):
+Redis, two mailbox replicas and two transit relays behind HAProxy, and the relay. Real magic-wormhole 0.24
+clients send files through HAProxy (the transit relays too, routed by token) while every mailbox container is restarted, one at a time, twice over (SIGTERM:
+the replica drains, its clients reconnect through HAProxy to the other one); every transfer completes
+intact.
+
+Needs what the smoke test needs, plus the CNI dnsname plugin (Debian package
+golang-github-containernetworking-plugin-dnsname) so containers find each other by service name.
+Where no registry serves redis:7.2 and haproxy:2.8, Debian's packages stand in for them
+(podman_standins.py). Bounded: every wait has a deadline, every transfer loop a count.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.ports import free_port
+from tests.deploy.podman_stack import (
+    Stack,
+    base_image,
+    build,
+    cache_dir,
+    missing_prerequisites,
+    note,
+    podman_service,
+    wheelhouse,
+)
+from tests.deploy.podman_standins import standin_image
+
+pytestmark = [pytest.mark.slow, pytest.mark.interop, pytest.mark.timeout(1500)]
+
+REASON = missing_prerequisites()
+if not REASON and not Path("/usr/lib/cni/dnsname").exists():
+    REASON = ("the CNI dnsname plugin is missing (apt-get install "
+              "golang-github-containernetworking-plugin-dnsname): containers resolve service names with it")
+if REASON:  # never a silent skip: the HA deployment is part of the product
+    pytest.fail(f"podman HA test cannot run: {REASON}", pytrace=False)
+
+BIN = Path(sys.executable).parent
+SERVER_IMAGE = "localhost/burrow-ha:test"
+MAILBOXES = ["mailbox-1", "mailbox-2"]
+TRANSITS = ["transit-1", "transit-2"]
+SERVICES = ["redis", *MAILBOXES, *TRANSITS, "relay", "haproxy"]  # depends_on order
+FILE_SIZE = 4 << 20
+LANES = 2
+MAX_TRANSFERS_PER_LANE = 40
+RESTART_ATTEMPTS = 4
+CLOSE_RACE = "ERROR: Attempt to send on a closed protocol"
+ROUNDS = 2  # every replica is restarted this many times, in turn
+
+
+@dataclass
+class HA:
+    client: Any
+    stack: Stack
+    ports: dict[str, int]
+    log: Path
+
+    @property
+    def relay_url(self) -> str:
+        return f"ws://127.0.0.1:{self.ports['mailbox']}/v1"
+
+    @property
+    def transit_helper(self) -> str:
+        return f"tcp:127.0.0.1:{self.ports['transit']}"
+
+    def admin(self, service: str) -> str:
+        return f"http://127.0.0.1:{self.ports[service + '_admin']}"
+
+    def metric(self, service: str, sample: str) -> float:
+        with urllib.request.urlopen(self.admin(service) + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith((sample + " ", sample + "{")))
+
+    def haproxy_status(self, backend: str = "mailbox") -> dict[str, str]:
+        """HAProxy's view of a backend's servers (its stats CSV): {'mailbox-1': 'UP', ...}."""
+        with urllib.request.urlopen(self.admin("haproxy") + "/stats;csv", timeout=5) as r:
+            rows = csv.DictReader(io.StringIO(r.read().decode().lstrip("# ")))
+            return {row["svname"]: row["status"] for row in rows if row["pxname"] == backend}
+
+
+def wait_until(what: str, check, deadline: float, stack: Stack) -> None:
+    while True:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not reached in time\n{stack.logs()}")
+        time.sleep(0.5)
+
+
+def ready(url: str) -> bool:
+    with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
+        return r.status == 200
+
+
+@pytest.fixture(scope="module")
+def ha(tmp_path_factory):
+    work = tmp_path_factory.mktemp("podman-ha")
+    log = cache_dir() / "ha.log"
+    log.write_text("")
+    print(f"\nHA test log: {log}")
+    with podman_service(work, log) as client:
+        base = base_image(client, log)
+        with wheelhouse(work, "", log) as pip_url:
+            build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
+        standin = standin_image(client, base, log)
+        names = ["mailbox", "mailbox-1_admin", "mailbox-2_admin", "transit", "transit_ws", "transit-1_admin",
+                 "transit-2_admin", "relay_https", "relay_admin", "haproxy_admin"]
+        ports = {name: free_port() for name in names}
+        env = {
+            "BURROW_PUBLISH_MAILBOX": f"127.0.0.1:{ports['mailbox']}",
+            "BURROW_PUBLISH_MAILBOX_ADMIN": str(ports["mailbox-1_admin"]),
+            "BURROW_PUBLISH_MAILBOX_2_ADMIN": str(ports["mailbox-2_admin"]),
+            "BURROW_PUBLISH_HAPROXY_ADMIN": str(ports["haproxy_admin"]),
+            "BURROW_PUBLISH_TRANSIT": f"127.0.0.1:{ports['transit']}",
+            "BURROW_PUBLISH_TRANSIT_WS": f"127.0.0.1:{ports['transit_ws']}",
+            "BURROW_PUBLISH_TRANSIT_ADMIN": str(ports["transit-1_admin"]),
+            "BURROW_PUBLISH_TRANSIT_2_ADMIN": str(ports["transit-2_admin"]),
+            "BURROW_PUBLISH_RELAY_HTTPS": f"127.0.0.1:{ports['relay_https']}",
+            "BURROW_PUBLISH_RELAY_STUN": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+            "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay_admin"]),
+            "BURROW_NODE_NAME": "ha",
+        }
+        images = {name: SERVER_IMAGE for name in SERVICES}
+        images["redis"] = os.environ.get("BURROW_CI_REDIS_IMAGE", standin)
+        images["haproxy"] = os.environ.get("BURROW_CI_HAPROXY_IMAGE", standin)
+        stack = Stack(client, f"burrowha{os.getpid()}", env, images, compose_file="compose.ha.yaml")
+        try:
+            for name in SERVICES:
+                stack.up([name])
+                if name == "redis":  # depends_on: condition service_healthy
+                    wait_until("redis healthy", lambda: exec_ok(stack, "redis", healthcheck(stack, "redis")),
+                               time.monotonic() + 60, stack)
+            deadline = time.monotonic() + 120
+            for name in (*MAILBOXES, *TRANSITS, "relay"):
+                wait_until(f"{name} ready", lambda n=name: ready(f"http://127.0.0.1:{ports[n + '_admin']}"),
+                           deadline, stack)
+            deployed = HA(client, stack, ports, log)
+            wait_until("haproxy sees every replica up",
+                       lambda: set(deployed.haproxy_status("mailbox").get(m) for m in MAILBOXES) ==
+                       set(deployed.haproxy_status("transit").get(t) for t in TRANSITS) == {"UP"}, deadline, stack)
+            note(log, "HA stack ready")
+            yield deployed
+        finally:
+            stack.down()
+
+
+def healthcheck(stack: Stack, name: str) -> list[str]:
+    """The service's compose healthcheck as an argv to exec."""
+    test = stack.service(name)["healthcheck"]["test"]
+    return ["sh", "-c", test[1]] if test[0] == "CMD-SHELL" else test[1:]
+
+
+def exec_ok(stack: Stack, name: str, argv: list[str]) -> bool:
+    code, _ = stack.containers[name].exec_run(argv)
+    return code == 0
+
+
+def test_every_service_is_healthy_nonroot_and_read_only(ha):
+    for name in SERVICES:
+        container = ha.stack.containers[name]
+        container.reload()
+        assert container.status == "running", name
+        code, out = container.exec_run(healthcheck(ha.stack, name))
+        assert code == 0, (name, out)
+        code, out = container.exec_run(["id", "-u"])
+        assert code == 0 and out.decode().strip() != "0", (name, out)
+        assert container.attrs["HostConfig"]["ReadonlyRootfs"] is True, name
+        assert container.attrs["HostConfig"]["CapDrop"], name
+    code, _ = ha.stack.containers["mailbox-1"].exec_run(["sh", "-c", "touch /etc/burrow/x"])
+    assert code != 0, "the root filesystem is read-only (/etc/burrow is owned by the user)"
+    code, out = ha.stack.containers["redis"].exec_run(
+        ["redis-cli", "config", "get", "append*"])
+    settings = out.decode().split()
+    assert settings[settings.index("appendonly") + 1] == "yes"
+    assert settings[settings.index("appendfsync") + 1] == "always"
+
+
+@dataclass
+class Lane:
+    """Transfers one after another from magic-wormhole to magic-wormhole until told to stop."""
+
+    ha: HA
+    number: int
+    tmp: Path
+    stop: threading.Event
+    done: list[int] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    close_races: int = 0
+
+    def run(self) -> None:
+        for i in range(MAX_TRANSFERS_PER_LANE):
+            if self.stop.is_set() and i >= 1:
+                return
+            try:
+                self.transfer(i)
+                self.done.append(i)
+            except AssertionError as exc:
+                self.failures.append(str(exc))
+                return
+
+    def transfer(self, i: int) -> None:
+        code = f"{100 + self.number * 50 + i}-ha-lane"
+        work = self.tmp / f"lane{self.number}-{i}"
+        work.mkdir()
+        payload = os.urandom(FILE_SIZE)
+        (work / "payload.bin").write_bytes(payload)
+        common = [str(BIN / "wormhole"), "--relay-url", self.ha.relay_url, "--transit-helper",
+                  self.ha.transit_helper]
+        with open(work / "send.log", "w") as send_log, open(work / "receive.log", "w") as recv_log:
+            send = subprocess.Popen([*common, "send", "--no-listen", "--hide-progress", "--code", code,
+                                     "payload.bin"], cwd=work, stdout=send_log, stderr=subprocess.STDOUT)
+            time.sleep(1.0)  # the sender claims the nameplate first
+            recv = subprocess.Popen([*common, "receive", "--no-listen", "--hide-progress", "--accept-file", "-o",
+                                     "received.bin", code], cwd=work, stdout=recv_log, stderr=subprocess.STDOUT)
+            codes = []
+            for proc, timeout in ((recv, 240), (send, 60)):
+                try:
+                    codes.append(proc.wait(timeout))
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    codes.append(f"timed out after {timeout} s: {proc.wait()}")
+        sent = (work / "send.log").read_text()
+        if codes == [0, 1] and "Transfer complete." in sent and sent.rstrip().endswith(CLOSE_RACE):
+            # magic-wormhole 0.24 race: the receiver confirmed, then the sender's final `close` met a
+            # connection the draining replica had just closed (autobahn raises instead of the client
+            # reconnecting). The file arrived and was confirmed; counted, and checked below.
+            self.close_races += 1
+            codes = [0, 0]
+        assert codes == [0, 0], (f"{code}: receiver, sender exit: {codes}\nsender: {sent}"
+                                 f"\nreceiver: {(work / 'receive.log').read_text()}")
+        received = (work / "received.bin").read_bytes()
+        assert hashlib.sha256(received).digest() == hashlib.sha256(payload).digest(), f"{code}: corrupted"
+
+
+def events_of(ha: HA, replica: str) -> str:
+    """The replica's event log (on the shared volume, read through another container)."""
+    code, out = ha.stack.containers["relay"].exec_run(["sh", "-c", f"cat /var/log/burrow/{replica}.jsonl"])
+    assert code == 0, out
+    return out.decode()
+
+
+def shutdown_closes(ha: HA, replica: str) -> int:
+    """Connections the replica closed while draining."""
+    events = [json.loads(line) for line in events_of(ha, replica).splitlines() if line.strip()]
+    return sum(1 for e in events if e.get("event") == "connection" and e.get("close_reason") == "shutdown")
+
+
+def lane_report(lanes: list[Lane]) -> str:
+    return "\n".join(f"lane {lane.number}: {len(lane.done)} done, failures: {lane.failures}" for lane in lanes)
+
+
+def test_transfers_survive_restarting_every_mailbox_replica(ha, tmp_path):
+    stop = threading.Event()
+    lanes = [Lane(ha, n, tmp_path, stop) for n in range(LANES)]
+    threads = [threading.Thread(target=lane.run, daemon=True) for lane in lanes]
+    for t in threads:
+        t.start()
+    try:
+        for replica in MAILBOXES * ROUNDS:
+            for attempt in range(RESTART_ATTEMPTS):
+                # Restart while clients are connected to this replica, so the drain has clients to move.
+                wait_until(f"clients on {replica}",
+                           lambda r=replica: ha.metric(r, "burrow_mailbox_open_connections") >= 1,
+                           time.monotonic() + 120, ha.stack)
+                closed_before = shutdown_closes(ha, replica)
+                note(ha.log, f"restarting {replica} (attempt {attempt + 1})")
+                ha.stack.containers[replica].restart(timeout=ha.stack.stop_timeout(replica))  # SIGTERM: drain
+                deadline = time.monotonic() + 90
+                wait_until(f"{replica} ready again", lambda r=replica: ready(ha.admin(r)), deadline, ha.stack)
+                wait_until(f"haproxy sees {replica} up", lambda r=replica: ha.haproxy_status().get(r) == "UP",
+                           deadline, ha.stack)
+                if shutdown_closes(ha, replica) > closed_before:
+                    break
+                # The clients seen a moment before had finished by the time SIGTERM arrived: again.
+            else:
+                pytest.fail(f"{replica}: no restart closed a client while draining\n{lane_report(lanes)}\n"
+                            f"{events_of(ha, replica)[-4000:]}\n{ha.stack.logs()}")
+            assert not any(lane.failures for lane in lanes), lane_report(lanes) + "\n" + ha.stack.logs()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=600)
+    failures = [f for lane in lanes for f in lane.failures]
+    assert not failures, "\n".join(failures) + "\n" + ha.stack.logs()
+    assert all(not t.is_alive() for t in threads)
+    assert sum(len(lane.done) for lane in lanes) >= LANES * 2
+    note(ha.log, f"transfers: {sum(len(lane.done) for lane in lanes)}, sender close races: "
+                 f"{sum(lane.close_races for lane in lanes)}")
+    for replica in MAILBOXES:  # both replicas served clients
+        assert ha.metric(replica, "burrow_mailbox_connections_accepted_total") >= 1
+    # --no-listen on both sides: every file crossed a transit relay, reached through the token hash
+    relayed = sum(ha.metric(t, "burrow_transit_relayed_bytes_total") for t in TRANSITS)
+    assert relayed >= FILE_SIZE * sum(len(lane.done) for lane in lanes)
