@@ -34,7 +34,8 @@ TOOLS = {
     "java": "openjdk-17-jre-headless",       # PySpark
 }
 # packages with no command to look for
-ALWAYS = ["libsodium23", "containernetworking-plugins"]
+ALWAYS = ["libsodium23", "containernetworking-plugins",
+          "golang-github-containernetworking-plugin-dnsname"]  # compose service names in the HA podman test
 
 
 def missing_packages() -> list[str]:
