@@ -163,6 +163,8 @@ class MailboxServer:
             self.refusals["connections_" + refused] += 1
             out[0].msg["welcome"]["error"] = m.TOO_MANY_CONNECTIONS
             out.append(Drop(session, "limit", m.TOO_MANY_CONNECTIONS))
+        elif self.draining:  # its handshake finished after the drain began: send it to another replica now
+            out.append(Drop(session, "shutdown", "server restarting, reconnect", RECONNECT))
         else:
             conn.cap_ip = cap_key
             if self.config.bind_deadline > 0:

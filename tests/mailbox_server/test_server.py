@@ -303,3 +303,39 @@ async def test_blur_usage_rounds_event_times(tmp_path):
     mailbox = next(x for x in lines if x["event"] == "mailbox")
     assert mailbox["started"] % 3600 == 0 and mailbox["ts"] % 3600 == 0
     assert (mailbox["mood"], mailbox["bytes"]) == ("lonely", 10_000)  # 60 bytes rounded up to the 10 kB step
+
+
+async def test_a_handshake_finished_during_the_drain_is_sent_away_at_once(tmp_path):
+    """A client accepted before SIGTERM but whose WebSocket handshake ends after it gets 1012 at once,
+    not at the drain deadline."""
+    srv = MailboxServer(make_config(tmp_path, drain_timeout=10.0))
+    await srv.start()
+    port = srv.port
+    request = (b"GET /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n")
+    # a connected client that never answers the close keeps the drain going until its deadline
+    _, stubborn = await asyncio.open_connection("127.0.0.1", port)
+    stubborn.write(request + b"\r\n")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    await asyncio.sleep(0.2)  # accepted; the handshake is not finished
+    stopping = asyncio.create_task(srv.stop())
+    await asyncio.sleep(0.2)
+    writer.write(b"\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert head.startswith(b"HTTP/1.1 101")
+    code = None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while code is None:  # server frames are unmasked: opcode, length, payload
+        first, length = await asyncio.wait_for(reader.readexactly(2), 5)
+        payload = await reader.readexactly(length & 0x7F)
+        if first & 0x0F == 0x8:
+            code = int.from_bytes(payload[:2], "big")
+    assert code == 1012
+    assert loop.time() - started < 5  # well before the 10 s drain deadline
+    writer.close()
+    stubborn.close()
+    await asyncio.wait_for(stopping, 15)
