@@ -4,66 +4,24 @@ that implement those interfaces really have every member they declare."""
 
 from __future__ import annotations
 
-import ast
 import typing
-from pathlib import Path
 
 from burrow.packet_relay import interfaces
 from burrow.packet_relay.conn import RelayConn
 from burrow.packet_relay.iroh.conn import IrohConn
 from burrow.packet_relay.iroh.service import IrohService
+from harness.imports import find_cycle, import_graph, imports_of
 
 from .derp_util import running_relay
 
-PACKAGE = Path(__file__).resolve().parents[2] / "packet_relay"
-PREFIX = "burrow.packet_relay."
-
-
-def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-
-
-def imports_of(path: Path, name: str) -> set[str]:
-    """Modules of the package that `path` (module `name`) imports, at run time or under TYPE_CHECKING."""
-    package = name.split(".")[:-1] if not path.name == "__init__.py" else name.split(".")
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[:len(package) - (node.level - 1)] if node.level > 1 else package
-                targets = [node.module] if node.module else [a.name for a in node.names]
-                found.update(".".join([*base, t]) for t in targets)
-                if node.module:  # `from .pkg import module` names a module too
-                    found.update(".".join([*base, node.module, a.name]) for a in node.names)
-            elif node.module and node.module.startswith(PREFIX):
-                found.add(node.module[len(PREFIX):])
-                found.update(node.module[len(PREFIX):] + "." + a.name for a in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(a.name[len(PREFIX):] for a in node.names if a.name.startswith(PREFIX))
-    return found
-
 
 def graph() -> dict[str, set[str]]:
-    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    modules = {n.removesuffix(".__init__") for n in paths}
-    return {n.removesuffix(".__init__"): imports_of(p, n.removesuffix(".__init__")) & modules - {n}
-            for n, p in paths.items()}
+    return import_graph("packet_relay")
 
 
 def test_no_import_cycle():
-    deps = graph()
-    done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        assert name not in path, "import cycle: " + " -> ".join([*path[path.index(name):], name])
-        if name in done:
-            return
-        for dep in sorted(deps[name]):
-            visit(dep, [*path, name])
-        done.add(name)
-
-    for name in sorted(deps):
-        visit(name, [])
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_layers():
@@ -78,7 +36,7 @@ def test_the_cycle_check_can_fail(tmp_path):
     # the walker sees type-only and relative imports, so a cycle hidden under TYPE_CHECKING is caught
     src = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..server import X\n"
     (tmp_path / "m.py").write_text(src)
-    assert "server" in imports_of(tmp_path / "m.py", "iroh.m")
+    assert "server" in imports_of(tmp_path / "m.py", "iroh.m", "burrow.packet_relay.")
 
 
 def members(proto: type) -> set[str]:

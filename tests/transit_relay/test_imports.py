@@ -3,46 +3,16 @@ pieces a connection uses know the server only through transit_relay/interfaces.p
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-PACKAGE = Path(__file__).resolve().parents[2] / "transit_relay"
-PREFIX = "burrow.transit_relay."
-
-
-def imports_of(path: Path) -> set[str]:
-    """Sibling modules `path` imports, at run time or under TYPE_CHECKING."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
-            elif node.module and node.module.startswith(PREFIX):
-                found.add(node.module[len(PREFIX):].split(".")[0])
-        elif isinstance(node, ast.Import):
-            found.update(a.name[len(PREFIX):].split(".")[0] for a in node.names if a.name.startswith(PREFIX))
-    return found
+from harness.imports import find_cycle, import_graph, imports_of
 
 
 def graph() -> dict[str, set[str]]:
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    return {p.stem: imports_of(p) & modules for p in PACKAGE.glob("*.py")}
+    return import_graph("transit_relay")
 
 
 def test_no_import_cycle():
-    deps = graph()
-    done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        assert name not in path, "import cycle: " + " -> ".join([*path[path.index(name):], name])
-        if name in done:
-            return
-        for dep in sorted(deps[name]):
-            visit(dep, [*path, name])
-        done.add(name)
-
-    for name in sorted(deps):
-        visit(name, [])
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_layers():
@@ -56,4 +26,5 @@ def test_the_cycle_check_can_fail(tmp_path):
     # the walker sees type-only imports, so a cycle hidden under TYPE_CHECKING would be caught
     src = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from burrow.transit_relay.server import X\n"
     (tmp_path / "m.py").write_text(src)
-    assert imports_of(tmp_path / "m.py") == {"server"}
+    assert "server" in imports_of(tmp_path / "m.py", "m", "burrow.transit_relay.")
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
