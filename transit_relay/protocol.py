@@ -335,15 +335,17 @@ class Relay:
                     out.append(Close(pair.second))
         return out
 
-    def shutdown(self, now: float) -> list:
-        """Server stopping: close everything; pairs then end through `finish` as usual."""
+    def shutdown(self, now: float, pairs: bool = True) -> list:
+        """Server stopping: close every connection not yet paired and, with `pairs`, every pair too
+        (pairs then end through `finish` as usual). A draining server closes the pairs later."""
         out: list = []
         for conn in list(self.handshaking.values()):
             out += self._close(conn, Mood.EMPTY, now)
         for conn in list(self.pending.values()):
             out += self._close(conn, Mood.LONELY, now)
-        for pair in list(self.pairs):
-            out += [Close(pair.first), Close(pair.second)]
+        if pairs:
+            for pair in list(self.pairs):
+                out += [Close(pair.first), Close(pair.second)]
         return out
 
     def bytes_relayed(self) -> int:

@@ -93,6 +93,15 @@ class TransitServer:
             self._lsock = None
         if self.proxy is not None:
             self.proxy.close_all()
+        if self.config.drain_timeout > 0:
+            # Rolling upgrade: accept nothing new, send the sides still waiting for a partner away (they
+            # could only meet here), and let the pairs in progress finish, for at most drain_timeout.
+            if self.websocket is not None:
+                self.websocket.stop_accepting()
+            self.dispatch(self.relay.shutdown(self.clock(), pairs=False))
+            deadline = time.monotonic() + self.config.drain_timeout
+            while self.relay.pairs and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
         self.dispatch(self.relay.shutdown(self.clock()))
         if self.cluster is not None:
             await self.cluster.stop()

@@ -165,6 +165,11 @@ class WebSocketListener:
             create_connection=gate_connection(ServerConnection, self.proxy))
         return self._ws_server.sockets[0].getsockname()[1]
 
+    def stop_accepting(self) -> None:
+        """Close the listening socket and keep the connections (a draining relay)."""
+        if self._ws_server is not None:
+            self._ws_server.close(close_connections=False)
+
     async def stop(self) -> None:
         if self._ws_server is not None:
             self._ws_server.close()

@@ -304,3 +304,26 @@ async def test_websocket_handshake_deadline_and_lonely_timeout(make_server):
     assert srv.relay.timeouts["handshake"] == 1 and srv.relay.timeouts["pending"] == 1
     await wait_for(lambda: len(read_events(srv.config.event_log)) == 2)
     assert sorted(e["mood"] for e in read_events(srv.config.event_log)) == ["empty", "lonely"]
+
+
+async def test_drain_keeps_pairs_and_sends_the_rest_away(make_server):
+    srv = await make_server(drain_timeout=10.0)
+    (r1, w1), (r2, w2) = await paired(srv)
+    lonely_r, lonely_w = await connect(srv)
+    lonely_w.write(hs(b"c", OTHER))
+    await lonely_w.drain()
+    await wait_for(lambda: len(srv.relay.pending) == 1)
+    port = srv.port
+    stopping = asyncio.create_task(srv.stop())
+    assert await asyncio.wait_for(lonely_r.read(), 5) == b""  # the side waiting for a partner is closed
+    with pytest.raises(OSError):  # nothing new is accepted
+        await asyncio.open_connection("127.0.0.1", port)
+    payload = os.urandom(500_000)  # the pair still relays, both ways
+    w1.write(payload)
+    assert await r2.readexactly(len(payload)) == payload
+    w2.write(b"done")
+    assert await r1.readexactly(4) == b"done"
+    assert not stopping.done()
+    w1.close()
+    w2.close()
+    await asyncio.wait_for(stopping, 5)  # the last pair ended: the drain is over well before 10 s
