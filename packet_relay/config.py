@@ -28,6 +28,9 @@ class RelayConfig:
                                           "--stun-capacity (0 = unlimited)", "requests/s")
     stun_burst: int = setting(40, "STUN burst per source address while above --stun-capacity", "requests",
                               name="stun_burst_per_source", aliases=("stun_burst",))
+    qad_port: int = setting(0, "UDP port for QUIC address discovery, how iroh endpoints learn their public "
+                            "address (iroh uses 7842; needs HTTPS's certificate)", off=0)
+    qad_max_connections: int = setting(10000, "QUIC address-discovery connections open at once", "connections")
     key_file: str | None = setting(None, "server private key file, created (0600) if missing; "
                                    "without it the key changes on every start")
     event_log: str | None = setting(None, "append JSON event lines here")

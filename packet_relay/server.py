@@ -68,6 +68,8 @@ class RelayServer:
         self._stats_task: asyncio.Task | None = None
         self._stun = self._stun2 = None
         self.stun_port2 = 0
+        self.qad = None  # QadServer while --qad-port is on
+        self.qad_port = 0
         self._admin: AdminServer | None = None
         self.prometheus = make_registry(self.stats)
         self.proxy = proxy_policy("relay", config.proxy_protocol, self.prometheus)
@@ -130,6 +132,8 @@ class RelayServer:
             if not (cert and key):
                 raise ValueError("HTTPS needs --tls-cert and --tls-key, or --dev-tls (or --https-port -1)")
             self.ssl_context = server_context(cert, key)
+            if cfg.qad_port > 0:
+                await self._start_qad(cert, key)
             srv = await self.loop.create_server(gate_factory(lambda: RelayConn(self, True), self.proxy,
                                                              refusal_none),
                                                 sock=tcp_listener(cfg.host, cfg.https_port))
@@ -140,6 +144,8 @@ class RelayServer:
                                                 sock=tcp_listener(cfg.host, cfg.http_port))
             self._servers.append(srv)
             self.http_port = srv.sockets[0].getsockname()[1]
+        if cfg.qad_port > 0 and self.qad is None:
+            raise ValueError("--qad-port needs HTTPS's certificate (--tls-cert and --tls-key, or --dev-tls)")
         if cfg.stun_port > 0 or self._stun_ephemeral:
             await self._start_stun()
         await self.messaging.start()
@@ -150,8 +156,17 @@ class RelayServer:
         self.admin_port = await self._admin.start(cfg.admin_host, cfg.admin_port)
         self._stats_task = self.loop.create_task(self._stats_loop())
         self.ready = True
-        log.info("relay up: https %s http %s stun %s admin %s key nodekey:%s", self.https_port or "off",
-                 self.http_port or "off", self.stun_port or "off", self.admin_port, self.public_key.hex())
+        log.info("relay up: https %s http %s stun %s qad %s admin %s key nodekey:%s", self.https_port or "off",
+                 self.http_port or "off", self.stun_port or "off", self.qad_port or "off", self.admin_port,
+                 self.public_key.hex())
+
+    async def _start_qad(self, cert: str, key: str) -> None:
+        from .qad_server import start_qad_server  # aioquic is loaded only when QAD is on
+
+        cfg = self.config
+        self.qad = await start_qad_server(cfg.host, cfg.qad_port, cert, key, max_connections=cfg.qad_max_connections,
+                                          registry=self.prometheus)
+        self.qad_port = self.qad.port
 
     async def _start_stun(self) -> None:
         try:
@@ -210,9 +225,9 @@ class RelayServer:
                 await asyncio.wait_for(srv.wait_closed(), self.config.shutdown_grace + 1.0)
         if self._stats_task is not None:
             self._stats_task.cancel()
-        for stun in (self._stun, self._stun2):
-            if stun is not None:
-                stun.close()
+        for udp in (self._stun, self._stun2, self.qad):
+            if udp is not None:
+                udp.close()
         if self._admin is not None:
             await self._admin.stop()
         await self.access.close()

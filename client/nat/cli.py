@@ -48,6 +48,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--stun-port", type=int, default=3478, help="relays' STUN port (default: %(default)s)")
     p.add_argument("--stun-port2", type=int, default=3479,
                    help="relays' second STUN port, burrow-relay --stun-port2 (0 = skip; default: %(default)s)")
+    p.add_argument("--qad-port", type=int, default=0,
+                   help="the first relay's QUIC address-discovery port, burrow-relay --qad-port (iroh uses "
+                        "7842; 0 = skip; default: %(default)s)")
     p.add_argument("--timeout", type=float, default=2.0, help="seconds per probe (default: %(default)s)")
     p.add_argument("--no-portmap", action="store_true", default=bool(os.environ.get("BURROW_NO_PORTMAP")),
                    help="do not try NAT-PMP / PCP / UPnP port mapping (env BURROW_NO_PORTMAP=1; "
@@ -69,9 +72,10 @@ def ssl_context(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    relays = [Relay(u, args.stun_port, args.stun_port2) for u in args.relays]
+    relays = [Relay(u, args.stun_port, args.stun_port2, args.qad_port if i == 0 else 0)
+              for i, u in enumerate(args.relays)]
     report = asyncio.run(netcheck(relays, timeout=args.timeout, portmap=not args.no_portmap,
-                                  ssl_context=ssl_context(args)))
+                                  ssl_context=ssl_context(args), ca_file=args.ca_file))
     print(json.dumps(report.to_json(), indent=2) if args.json else text(report), flush=True)
     return 0 if report.relay_stun_rtt_s or report.relay_https_rtt_s else 1
 

@@ -32,6 +32,7 @@ class Relay:
     url: str  # https://host[:port] (DERP base URL); STUN goes to the same host
     stun_port: int = 3478
     stun_port2: int = 0  # a second STUN port on the same relay (burrow-relay --stun-port2); 0 = none
+    qad_port: int = 0  # the relay's QUIC address-discovery port (burrow-relay --qad-port); 0 = not asked
 
     @property
     def host(self) -> str:
@@ -213,9 +214,27 @@ async def _http(relays: list[Relay], r: Report, timeout: float, ssl_context) -> 
                 r.errors.append(f"{base}: {type(e).__name__}: {e}".rstrip(": "))
 
 
+async def _qad(relays: list[Relay], r: Report, timeout: float, ca_file: str | None, insecure: bool) -> None:
+    """The first relay with a QAD port: the IPv4 address it reports over QUIC (authenticated by its
+    certificate), beside the one STUN saw."""
+    from .qad import QadFailed, observe  # aioquic is loaded only when asked
+
+    relay = next(x for x in relays if x.qad_port)
+    try:
+        seen = await observe(relay.host, relay.qad_port, timeout=timeout, ca_file=ca_file, insecure=insecure,
+                             family=socket.AF_INET)
+    except QadFailed as exc:
+        r.errors.append(str(exc))
+        return
+    r.qad = _hostport(seen.host, seen.port)
+
+
 async def netcheck(relays: list[Relay], *, timeout: float = 2.0, portmap: bool = True, upnp: bool = True,
-                   http: bool = True, ssl_context: ssl.SSLContext | bool | None = None) -> Report:
-    """Probe everything at once; no step takes much longer than `timeout` seconds (UPnP: its search)."""
+                   http: bool = True, ssl_context: ssl.SSLContext | bool | None = None,
+                   ca_file: str | None = None) -> Report:
+    """Probe everything at once; no step takes much longer than `timeout` seconds (UPnP: its search).
+    QUIC address discovery verifies the relay's certificate with `ca_file` (or skips it when `ssl_context`
+    is False, the --insecure switch)."""
     from ..transit.aio import local_addresses  # here: transit.aio imports this module (via hints.py)
 
     r = Report(local_v4=local_addresses(include_loopback=False))
@@ -225,6 +244,8 @@ async def netcheck(relays: list[Relay], *, timeout: float = 2.0, portmap: bool =
         jobs.append(_pcp(r))
     if http:
         jobs.append(_http(relays, r, timeout, ssl_context))
+    if any(x.qad_port for x in relays):
+        jobs.append(_qad(relays, r, timeout, ca_file, ssl_context is False))
     await asyncio.gather(*jobs)
     r.preferred_relay = preferred_relay(r)
     r.nat = classify(r)

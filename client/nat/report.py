@@ -25,6 +25,7 @@ class Report:
     ipv6: bool = False
     global_v4: str | None = None  # "ip:port" the first relay saw
     global_v6: str | None = None  # "[ip]:port"
+    qad: str | None = None  # "ip:port" (IPv4) the first relay's QUIC address discovery reported (--qad-port)
     local_v4: list[str] = field(default_factory=list)
     mapping_varies_by_dest_port: bool | None = None  # None: only one STUN port answered
     preserves_port: bool | None = None
@@ -81,6 +82,7 @@ def text(r: Report) -> str:
         f"UDP:                {yn(r.udp)}",
         f"IPv4:               {yn(r.ipv4)}" + (f", public {r.global_v4}" if r.global_v4 else ""),
         f"IPv6:               {yn(r.ipv6)}" + (f", public {r.global_v6}" if r.global_v6 else ""),
+        *([f"QUIC address discovery: {r.qad}"] if r.qad else []),
         f"mapping varies by destination port: {yn(r.mapping_varies_by_dest_port)}",
         f"preserves ports:    {yn(r.preserves_port)}",
         f"hairpinning:        {yn(r.hairpin)}",

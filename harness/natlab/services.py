@@ -1,7 +1,7 @@
 """Burrow's servers in the lab's internet namespace, and a measured file transfer between two lab peers.
 
 `start_servers(lab, topo)` runs burrow-relay (HTTPS DERP with a dev certificate on 8443, STUN on 3478 and a
-second STUN port on 3479), the mailbox (ws 4000) and the transit relay (tcp 4001) on 203.0.113.1 / [::].
+second STUN port on 3479, QUIC address discovery on 7842), the mailbox (ws 4000) and the transit relay (tcp 4001) on 203.0.113.1 / [::].
 `transfer(lab, topo, sender, receiver, size)` sends a random file with `burrow send --dilated` (or classic
 transit) and returns a `Transfer`: path taken, time to first byte, time to a direct path, throughput,
 and whether the bytes arrived intact. Times are wall clock from starting both peers (noisy; not asserted).
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULES = {"relay": "burrow.packet_relay", "mailbox": "burrow.mailbox_server", "transit": "burrow.transit_relay",
            "client": "burrow.client.cli"}
 RELAY_HTTPS, STUN_PORT, STUN_PORT2, MAILBOX_PORT, TRANSIT_PORT = 8443, 3478, 3479, 4000, 4001
+QAD_PORT = 7842
 RELAY_NAME = "relay.natlab"  # in every peer's /etc/hosts (Lab.hosts_file) with the relay's IPv4 and IPv6
 START_TIMEOUT = 20.0
 TRANSFER_TIMEOUT = 120.0
@@ -73,7 +74,7 @@ def start_servers(lab: Lab, topo: Topology) -> Servers:
     py, env, ns, host = sys.executable, python_env(), topo.inet, topo.server_v4
     relay = lab.spawn(ns, [py, "-m", MODULES["relay"], "--host", "", "--https-port", str(RELAY_HTTPS),
                            "--dev-tls", "--tls-dir", str(lab.workdir / "tls"), "--stun-port", str(STUN_PORT),
-                           "--stun-port2", str(STUN_PORT2), "--admin-port", "0", "--stun-rate-per-source", "0"],
+                           "--stun-port2", str(STUN_PORT2), "--qad-port", str(QAD_PORT), "--admin-port", "0", "--stun-rate-per-source", "0"],
                       log="relay.log", env=env)
     mailbox = lab.spawn(ns, [py, "-m", MODULES["mailbox"], "--host", "0.0.0.0", "--port", str(MAILBOX_PORT),
                              "--db", str(lab.workdir / "mailbox.sqlite"), "--admin-port", "0"],

@@ -37,7 +37,7 @@ def lab(tmp_path):
 
 def netcheck(lab: Lab, ns: str, servers: services.Servers) -> dict:
     res = lab.run(ns, [sys.executable, "-m", services.MODULES["client"], "netcheck", servers.relay_url,
-                       "--insecure", "--json", "--timeout", "1"], env=services.python_env(), check=False, timeout=60)
+                       "--insecure", "--json", "--timeout", "1", "--qad-port", str(services.QAD_PORT)], env=services.python_env(), check=False, timeout=60)
     assert res.stdout.strip(), res.stderr
     return json.loads(res.stdout)
 
@@ -53,6 +53,11 @@ def test_scenario(lab, scenario):
     assert {p: r["nat"] for p, r in reports.items()} == nats, reports
     for r in reports.values():
         assert r["captive_portal"] is False and r["preferred_relay"] == servers.relay_url
+        # QUIC address discovery (what iroh endpoints use) sees the same public address as STUN: the NAT's
+        if r["global_v4"]:
+            assert r["qad"] and r["qad"].rpartition(":")[0] == r["global_v4"].rpartition(":")[0], r
+        else:
+            assert r["qad"] is None, r
         assert r["hairpin"] in (False, None)  # Linux NAT does not hairpin (harness/natlab/topology.py)
     # only miniupnpd (the upnp router) answers PCP; the other routers stay silent on UDP 5351
     assert {p: r["pcp"] for p, r in reports.items()} == {p: scenario == "upnp" and p == "a" for p in reports}
