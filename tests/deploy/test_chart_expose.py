@@ -220,6 +220,7 @@ def test_bad_expose_values_are_refused():
 
 @pytest.mark.parametrize("mode, expected, absent", [
     ("shared", ["Service demo-burrow (LoadBalancer) carries every public port",
+                "kept on one node (mailbox, transit, relay)",
                 "--relay-url ws://burrow.example.org:4000/v1", "--transit-helper tcp:burrow.example.org:4001",
                 "transit over WebSocket: ws://burrow.example.org:4002",
                 "relay URL   https://burrow.example.org/derp", "iroh relay  https://burrow.example.org (",
@@ -232,8 +233,9 @@ def test_bad_expose_values_are_refused():
                  "relay URL   https://burrow.example.org/derp", "STUN        l4.example.org:3478 (UDP)",
                  "burrow relay-probe https://burrow.example.org --stun-port 3478 --stun-host l4.example.org",
                  'pass "Upgrade: DERP" through'], ["HOST", "--insecure", "ws://burrow.example.org:4000"]),
-    ("separate", ["one Service per component", "--relay-url ws://burrow.example.org:4000/v1",
-                  "relay URL   https://burrow.example.org/derp"], ["HOST"]),
+    ("separate", ["one Service per component", "demo-burrow-mailbox (--relay-url)",
+                  "--relay-url ws://burrow.example.org:4000/v1",
+                  "relay URL   https://burrow.example.org/derp"], ["ws://HOST", "tcp:HOST", "https://HOST"]),
 ])
 def test_notes_print_what_is_exposed(mode, expected, absent):
     values = {"publicHost": "burrow.example.org",
