@@ -247,6 +247,14 @@ def test_notes_print_what_is_exposed(mode, expected, absent):
         assert text not in notes, text
 
 
+def test_notes_send_nodeport_clients_to_the_nodes_that_run_the_pods():
+    _, notes = render({"service": {"type": "NodePort"}})
+    assert "kubectl get pods -n burrow -l app.kubernetes.io/instance=demo -o wide" in notes
+    assert "only they answer" in notes
+    _, notes = render({"service": {"type": "NodePort", "externalTrafficPolicy": "Cluster"}})
+    assert "any node's external address" in notes
+
+
 def test_notes_say_how_to_find_the_ingress_and_service_addresses():
     _, notes = render({"expose": {"mode": "ingress", "ingress": {"tls": {"enabled": False}}}})
     assert f"kubectl get ingress -n burrow {FULL}" in notes and f"kubectl get svc -n burrow {FULL}" in notes
