@@ -15,6 +15,7 @@ from tests.deploy.chart_util import (
     CHART,
     CRD_KINDS,
     KUBE_VERSIONS,
+    endpoints,
     env_of,
     find,
     lint,
@@ -28,7 +29,9 @@ FULL = "demo-burrow"
 
 VALUE_SETS = {
     "defaults": {},
+    # One Service per component, as installs made before expose.mode had.
     "nodeport-secret-tls": {
+        "expose": {"mode": "separate"},
         "publicHost": "relay.example.org",
         "service": {"type": "NodePort", "externalTrafficPolicy": "Cluster"},
         "mailbox": {"service": {"nodePort": 30400}, "env": {"BURROW_MAILBOX_MOTD": "hello",
@@ -42,6 +45,8 @@ VALUE_SETS = {
     },
     "everything-on": {
         "publicHost": "burrow.example.org",
+        # several pods per component behind the one shared Service: only with Cluster (see test_chart_expose)
+        "service": {"externalTrafficPolicy": "Cluster"},
         "relay": {"tls": {"mode": "certManager"}, "replicas": 3, "mesh": {"enabled": True}},
         "eventLogs": {"persistence": {"enabled": True, "storageClass": "nfs"}},
         "report": {"enabled": True, "timeZone": "Etc/UTC", "extraArgs": ["--shuffle-partitions", "8"]},
@@ -69,6 +74,18 @@ VALUE_SETS = {
     },
     # The high-availability values operators install as they are (helm/burrow/values-ha.yaml).
     "ha": yaml.safe_load((CHART / "values-ha.yaml").read_text()),
+    # HTTP and WebSocket through an Ingress (cert-manager fills its TLS Secret), STUN on its own Service.
+    "ingress": {
+        "publicHost": "burrow.example.org",
+        "expose": {"mode": "ingress", "mixedProtocol": False,
+                   "ingress": {"className": "nginx", "serviceHost": "l4.example.org",
+                               "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt",
+                                               "nginx.ingress.kubernetes.io/proxy-read-timeout": "3600"}}},
+        "service": {"loadBalancerIP": "203.0.113.7",
+                    "annotations": {"metallb.universe.tf/allow-shared-ip": "burrow"}},
+        "transit": {"replicas": 3, "scaling": "haproxy"},
+        "relay": {"replicas": 2, "mesh": {"enabled": True}},
+    },
 }
 
 
@@ -154,8 +171,9 @@ def test_mailbox_keeps_one_writer_on_a_claim():
     assert data["persistentVolumeClaim"]["claimName"] == "old-db"
 
 
-def test_services_have_the_right_kinds_and_protocols():
-    docs, _ = render({})
+def test_separate_services_have_the_right_kinds_and_protocols():
+    separate = {"expose": {"mode": "separate"}}
+    docs, _ = render(separate)
     by_name = {s["metadata"]["name"]: s["spec"] for s in find(docs, "Service")}
     assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-mailbox"]["ports"]] == [(4000, "TCP")]
     assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-transit"]["ports"]] == [
@@ -170,7 +188,7 @@ def test_services_have_the_right_kinds_and_protocols():
         assert admin["type"] == "ClusterIP"
         assert [p["name"] for p in admin["ports"]] == ["admin"]
     relay = pod_spec(one(docs, "Deployment", f"{FULL}-relay"))["containers"][0]
-    assert {p["name"]: p["protocol"] for p in relay["ports"]} == {"https": "TCP", "stun": "UDP", "admin": "TCP"}
+    assert {p["name"]: p["protocol"] for p in relay["ports"]} == {"relay-https": "TCP", "stun": "UDP", "admin": "TCP"}
 
     docs, _ = render(VALUE_SETS["nodeport-secret-tls"])
     by_name = {s["metadata"]["name"]: s["spec"] for s in find(docs, "Service")}
@@ -180,7 +198,7 @@ def test_services_have_the_right_kinds_and_protocols():
     assert by_name[f"{FULL}-stun"]["ports"][0]["nodePort"] == 30478
     assert "nodePort" not in by_name[f"{FULL}-relay"]["ports"][0]
 
-    docs, _ = render({"service": {"type": "ClusterIP"}, "relay": {"stunService": {"type": "LoadBalancer"}}})
+    docs, _ = render({**separate, "service": {"type": "ClusterIP"}, "relay": {"stunService": {"type": "LoadBalancer"}}})
     by_name = {s["metadata"]["name"]: s["spec"] for s in find(docs, "Service")}
     assert by_name[f"{FULL}-mailbox"]["type"] == "ClusterIP"
     assert "externalTrafficPolicy" not in by_name[f"{FULL}-mailbox"]
@@ -239,7 +257,8 @@ def test_transit_replicas_need_the_haproxy_front_end_or_redis():
     assert one(docs, "Deployment", f"{FULL}-transit")["spec"]["replicas"] == 1
     assert not find(docs, "StatefulSet") and not find(docs, "Deployment", f"{FULL}-transit-haproxy")
 
-    docs, _ = render({"transit": {"replicas": 3, "scaling": "haproxy"}})
+    # two HAProxy pods behind the shared Service: Cluster policy (test_chart_expose)
+    docs, _ = render({"transit": {"replicas": 3, "scaling": "haproxy"}, "service": {"externalTrafficPolicy": "Cluster"}})
     sts = one(docs, "StatefulSet", f"{FULL}-transit")
     assert sts["spec"]["replicas"] == 3 and sts["spec"]["serviceName"] == f"{FULL}-transit-headless"
     assert env_of(pod_spec(sts)["containers"][0])["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"
@@ -247,9 +266,9 @@ def test_transit_replicas_need_the_haproxy_front_end_or_redis():
     assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
     front = one(docs, "Deployment", f"{FULL}-transit-haproxy")
     assert front["spec"]["replicas"] == 2
-    public = one(docs, "Service", f"{FULL}-transit")["spec"]
-    assert public["selector"] == front["spec"]["selector"]["matchLabels"]  # clients reach HAProxy
-    assert public["selector"] != sts["spec"]["selector"]["matchLabels"]
+    # clients reach HAProxy, never the replicas behind it
+    assert endpoints(docs, one(docs, "Service", FULL), {"port": 4001, "targetPort": "transit"}) == [
+        (f"{FULL}-transit-haproxy", "transit")]
     config = one(docs, "ConfigMap", f"{FULL}-transit-haproxy")["data"]["haproxy.cfg"]
     for line in ("tcp-request content set-var(txn.token) req.payload(13,64)", "balance hash var(txn.token)",
                  "hash-type consistent", "send-proxy-v2"):
@@ -269,7 +288,8 @@ def test_transit_replicas_need_the_haproxy_front_end_or_redis():
     assert {"name": "peer", "containerPort": 4003, "protocol": "TCP"} in container["ports"]
     volumes = {v["name"]: v for v in pod_spec(transit)["volumes"]}
     assert volumes["peer-secret"]["secret"]["secretName"] == "transit-peer"
-    assert one(docs, "Service", f"{FULL}-transit")["spec"]["selector"] == transit["spec"]["selector"]["matchLabels"]
+    assert endpoints(docs, one(docs, "Service", FULL), {"port": 4001, "targetPort": "transit"}) == [
+        (f"{FULL}-transit", "transit")]
     peer_rule = one(docs, "NetworkPolicy", f"{FULL}-transit")["spec"]["ingress"][1]
     assert peer_rule["ports"] == [{"port": 4003, "protocol": "TCP"}]
     assert peer_rule["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "transit"
@@ -360,7 +380,7 @@ def test_relay_mesh():
     assert find(docs, "StatefulSet") == [] and one(docs, "Deployment", f"{FULL}-relay")
     assert not find(docs, "Secret", f"{FULL}-relay-mesh-key")
 
-    docs, _ = render({"relay": {"replicas": 3, "mesh": {"enabled": True}}})
+    docs, _ = render({"relay": {"replicas": 3, "mesh": {"enabled": True}}, "expose": {"mode": "separate"}})
     assert not find(docs, "Deployment", f"{FULL}-relay")
     sts = one(docs, "StatefulSet", f"{FULL}-relay")
     assert (sts["spec"]["replicas"], sts["spec"]["serviceName"]) == (3, f"{FULL}-relay-mesh")
@@ -369,10 +389,10 @@ def test_relay_mesh():
     assert env["BURROW_RELAY_MESH_WITH"] == f"dns+http://{FULL}-relay-mesh.burrow.svc:8080"
     assert env["BURROW_RELAY_HTTP_PORT"] == "8080"
     assert env["BURROW_RELAY_MESH_KEY_FILE"] == "/etc/burrow/mesh/mesh.key"
-    assert {p["name"]: p["containerPort"] for p in container["ports"]}["mesh"] == 8080
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["relay-http"] == 8080
     headless = one(docs, "Service", f"{FULL}-relay-mesh")
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
-    assert headless["spec"]["selector"] == one(docs, "Service", f"{FULL}-relay")["spec"]["selector"]
+    assert headless["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
     secret = one(docs, "Secret", f"{FULL}-relay-mesh-key")
     key = base64.b64decode(secret["data"]["mesh.key"]).decode()
     assert len(key) == 64 and bytes.fromhex(key)       # what --mesh-key-file reads

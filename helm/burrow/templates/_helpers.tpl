@@ -134,6 +134,12 @@ livenessProbe:
 {{- $root := index . 0 -}}
 labels:
   {{- include "burrow.selectorLabels" (list $root (index . 1)) | nindent 2 }}
+  {{- if include "burrow.servesClients" (list $root (index . 1)) }}
+  {{- include "burrow.publicLabel" $root | nindent 2 }}
+  {{- end }}
+  {{- if include "burrow.colocated" (list $root (index . 1)) }}
+  burrow-colocated: "true"
+  {{- end }}
   {{- with $root.Values.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -150,10 +156,18 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* Pod-spec fields shared by the server workloads. Call with (list $ .Values.mailbox). */}}
+{{/* Pod-spec fields shared by the server workloads. Call with (list $ .Values.mailbox "mailbox"). */}}
 {{- define "burrow.podCommon" -}}
 {{- $root := index . 0 }}
-{{- $svc := index . 1 -}}
+{{- $svc := index . 1 }}
+{{- $affinity := deepCopy ($svc.affinity | default dict) }}
+{{- if include "burrow.colocated" (list $root (index . 2)) }}
+{{- /* on a node that runs the group's other pods; the first pod of the group, matching its own term, may go anywhere */}}
+{{- $podAffinity := deepCopy ($affinity.podAffinity | default dict) }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "burrow.colocatedLabels" $root | fromYaml)) }}
+{{- $_ := set $podAffinity "requiredDuringSchedulingIgnoredDuringExecution" (append ($podAffinity.requiredDuringSchedulingIgnoredDuringExecution | default list) $term) }}
+{{- $_ = set $affinity "podAffinity" $podAffinity }}
+{{- end -}}
 serviceAccountName: {{ include "burrow.serviceAccountName" $root }}
 automountServiceAccountToken: false
 enableServiceLinks: false
@@ -172,7 +186,7 @@ nodeSelector:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $svc.affinity }}
+{{- with $affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -190,6 +204,9 @@ affinity:
 type: {{ $type }}
 {{- if ne $type "ClusterIP" }}
 externalTrafficPolicy: {{ $root.Values.service.externalTrafficPolicy }}
+{{- end }}
+{{- if and (eq $type "LoadBalancer") $root.Values.service.loadBalancerIP }}
+loadBalancerIP: {{ $root.Values.service.loadBalancerIP | quote }}
 {{- end }}
 {{- end }}
 
@@ -237,4 +254,96 @@ topologySpreadConstraints:
         {{- include "burrow.selectorLabels" (list $root (index $ 1)) | nindent 8 }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+
+{{/* How clients reach the services (expose.mode): "shared", "ingress" or "separate". */}}
+{{- define "burrow.exposeMode" -}}
+{{- $mode := .Values.expose.mode }}
+{{- if not (has $mode (list "shared" "ingress" "separate")) }}
+{{- fail (printf "expose.mode must be shared, ingress or separate, not %q" $mode) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
+
+{{/* The pod label the shared Services select on: set on the pods that take clients' connections
+     (not on transit replicas behind the HAProxy front end, nor on Redis). */}}
+{{- define "burrow.publicLabel" -}}
+burrow-public: "true"
+{{- end }}
+
+{{/* "true" when a component's pods take clients' connections themselves. Call with (list $ "transit"). */}}
+{{- define "burrow.servesClients" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- if has $component (list "mailbox" "relay" "transit-haproxy") }}true
+{{- else if and (eq $component "transit") (ne $root.Values.transit.scaling "haproxy") }}true
+{{- end }}
+{{- end }}
+
+{{/* Selector of the shared Services: every pod of the release that takes clients' connections; each
+     Service port's named targetPort picks the pods that define that port name. */}}
+{{- define "burrow.publicSelector" -}}
+app.kubernetes.io/name: {{ include "burrow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "burrow.publicLabel" . }}
+{{- end }}
+
+{{/* nodePort line of a Service port when the type allows one and a value is set.
+     Call with (list $type $nodePort). */}}
+{{- define "burrow.nodePort" -}}
+{{- if and (ne (index . 0) "ClusterIP") (not (kindIs "invalid" (index . 1))) }}
+nodePort: {{ index . 1 }}
+{{- end }}
+{{- end }}
+
+{{/* Components behind one LoadBalancer/NodePort Service (expose.mode shared or ingress), as a list
+     of lists: with externalTrafficPolicy Local the load balancer checks each node's health per Service,
+     not per port (kube-proxy's healthCheckNodePort counts a node's ready endpoints of any port), so a
+     node running only one of them would be sent, and drop, the others' connections. */}}
+{{- define "burrow.colocatedGroups" -}}
+{{- $mode := include "burrow.exposeMode" . }}
+{{- $v := .Values }}
+{{- $groups := list }}
+{{- if and (ne $mode "separate") (ne $v.service.type "ClusterIP") (eq $v.service.externalTrafficPolicy "Local") }}
+{{- $main := list }}
+{{- if and $v.mailbox.enabled (eq $mode "shared") }}{{ $main = append $main "mailbox" }}{{ end }}
+{{- if $v.transit.enabled }}{{ $main = append $main (ternary "transit-haproxy" "transit" (eq $v.transit.scaling "haproxy")) }}{{ end }}
+{{- /* shared: relay HTTPS is there in any case; ingress: only STUN, unless it has its own Service */}}
+{{- if and $v.relay.enabled (or (eq $mode "shared") $v.expose.mixedProtocol) }}{{ $main = append $main "relay" }}{{ end }}
+{{- if gt (len $main) 1 }}{{ $groups = append $groups $main }}{{ end }}
+{{- end }}
+{{- toJson $groups }}
+{{- end }}
+
+{{/* Pods per component, as the workloads run them. Call with (list $ "transit-haproxy"). */}}
+{{- define "burrow.podCount" -}}
+{{- $v := (index . 0).Values }}
+{{- $c := index . 1 }}
+{{- if eq $c "transit-haproxy" }}{{ $v.transit.haproxy.replicas }}
+{{- else }}{{ (index $v $c).replicas }}{{ end }}
+{{- end }}
+
+{{/* "true" when a component's pods must share their node with the other components behind the same
+     Service (burrow.colocatedGroups). Several pods per component cannot all be kept together, so the
+     chart refuses that combination. Call with (list $ "relay"). */}}
+{{- define "burrow.colocated" -}}
+{{- $root := index . 0 }}
+{{- $component := index . 1 }}
+{{- range (include "burrow.colocatedGroups" $root | fromJsonArray) }}
+{{- $group := . }}
+{{- range $group }}
+{{- if gt (int (include "burrow.podCount" (list $root .))) 1 }}
+{{- fail (printf "expose.mode %s puts %s behind one Service, and with service.externalTrafficPolicy Local a load balancer checks node health per Service, not per port: a node running only one of them would receive and drop the others' connections. With several %s pods use expose.mode separate (one Service per component; they may share one address: service.loadBalancerIP), expose.mode ingress with expose.mixedProtocol false, or service.externalTrafficPolicy Cluster (clients' addresses are then lost; STUN answers with a node's address). docs/deploy.md, \"Exposing the services\"." $root.Values.expose.mode (join ", " $group) .) }}
+{{- end }}
+{{- end }}
+{{- if has $component $group }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of the pods that must share one node (burrow.colocated). */}}
+{{- define "burrow.colocatedLabels" -}}
+app.kubernetes.io/name: {{ include "burrow.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+burrow-colocated: "true"
 {{- end }}
