@@ -38,6 +38,7 @@ class _Candidate:
     last_pong: float | None = None
     latency: float | None = None
     answered: bool = False          # the last ping sent got its pong
+    ping_now: bool = False          # the peer just pinged us from here: its NAT is open towards us now
     pending: dict[bytes, float] = field(default_factory=dict)  # TxID -> sent at
 
 
@@ -70,8 +71,11 @@ class PathSelector:
         self.start_punch(now)
 
     def note_ping_from(self, endpoint: Endpoint, now: float) -> None:
-        """The peer pinged us from `endpoint`: a candidate too (its NAT's mapping towards us)."""
-        if self._add(endpoint) is not None and endpoint not in self._confirmed(now):
+        """The peer pinged us from `endpoint`: a candidate too (its NAT's mapping towards us), pinged
+        back at once while unconfirmed."""
+        cand = self._add(endpoint)
+        if cand is not None and cand.endpoint not in self._confirmed(now):
+            cand.ping_now = True
             self.start_punch(now)
 
     def start_punch(self, now: float) -> None:
@@ -100,7 +104,7 @@ class PathSelector:
                 tx = self.new_txid()
                 cand.pending[tx] = now
                 self._by_txid[tx] = cand
-                cand.last_ping, cand.answered = now, False
+                cand.last_ping, cand.answered, cand.ping_now = now, False, False
                 if len(cand.pending) > self.max_pending:
                     oldest = next(iter(cand.pending))
                     del cand.pending[oldest]
@@ -150,7 +154,7 @@ class PathSelector:
                 if c.last_pong is not None and now - c.last_pong <= self.path_expiry}
 
     def _due(self, cand: _Candidate) -> float:
-        if cand.last_ping is None:
+        if cand.last_ping is None or cand.ping_now:
             return float("-inf")
         if cand.answered:
             return cand.last_ping + self.reping_interval

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -47,6 +48,7 @@ class Keys:
 @dataclass
 class Outcome:
     path: Path
+    seconds: float  # from the CallMeMaybe (both peers on the relay) to the path reported
     mapped: tuple[str, int] | None
     stats: dict
 
@@ -60,14 +62,16 @@ async def _peer(host: str, me: Keys, other: Keys, call: bool, wait: float, ready
         await ep.start()
         peer = ep.add_peer(public_key(other.node), d.public_key(other.disco))  # keys only
         await asyncio.to_thread(ready.wait, 30)  # both on the relay before the first CallMeMaybe
+        t0 = time.monotonic()
         if call:
             await ep.call(peer)
         try:
             path = await ep.wait_direct(peer, wait)
         except TimeoutError:
             path = ep.path(peer)
+        seconds = time.monotonic() - t0
         await asyncio.to_thread(done.wait, wait + 30)  # keep answering until the other side is done too
-        return Outcome(path, ep.mapped, dict(ep.stats))
+        return Outcome(path, seconds, ep.mapped, dict(ep.stats))
     finally:
         await ep.close()
         await derp.close()

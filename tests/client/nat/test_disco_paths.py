@@ -113,3 +113,16 @@ def test_candidates_and_pending_pings_are_bounded():
         sel.pings_due(t)
     assert sel.on_pong(first[A], A, 2.0) is None                # pushed out by newer pings
     assert len(sel._by_txid) == 6
+
+
+def test_a_ping_from_a_known_unconfirmed_candidate_is_answered_by_a_ping_at_once():
+    sel = selector(punch_interval=0.5)
+    sel.add_candidates([A], 0.0)
+    sel.pings_due(0.0)
+    assert sel.pings_due(0.1) == []
+    sel.note_ping_from(A, 0.1)                                  # A's NAT is open now: no need to wait
+    pings = sel.pings_due(0.1)
+    assert [ep for ep, _ in pings] == [A]
+    answer(sel, pings, 0.11)
+    sel.note_ping_from(A, 0.2)                                  # confirmed: the usual schedule
+    assert sel.pings_due(0.2) == []
