@@ -84,6 +84,7 @@ class DiscoEndpoint:
         self._transport: asyncio.DatagramTransport | None = None
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
+        self._closed = False
 
     # ---- life cycle
     async def start(self) -> None:
@@ -103,6 +104,8 @@ class DiscoEndpoint:
         self._tasks = [loop.create_task(self._derp_loop()), loop.create_task(self._ping_loop())]
 
     async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -232,7 +235,7 @@ class DiscoEndpoint:
     async def _ping_loop(self) -> None:
         loop = asyncio.get_running_loop()
         node_key = self.derp.public_key
-        while True:
+        while not self._closed:
             now = loop.time()
             wake_at = now + MAX_TICK
             for peer in list(self._peers.values()):
@@ -242,5 +245,7 @@ class DiscoEndpoint:
                 wake_at = min(wake_at, peer.selector.next_deadline(now))
                 peer.changed.set()  # expiry may have changed the path: let waiters look again
             self._wake.clear()
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that races its wake-up
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.005, wake_at - loop.time()))
+                async with asyncio.timeout(max(0.005, wake_at - loop.time())):
+                    await self._wake.wait()

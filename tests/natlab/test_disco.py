@@ -94,7 +94,7 @@ def punch(lab: Lab, scenario: str, wait: float) -> dict[str, Outcome]:
             done.abort()
             out[name] = exc
 
-    threads = [threading.Thread(target=run, args=pair) for pair in (("a", "b"), ("b", "a"))]
+    threads = [threading.Thread(target=run, args=pair, daemon=True) for pair in (("a", "b"), ("b", "a"))]
     for t in threads:
         t.start()
     for t in threads:
