@@ -19,20 +19,11 @@ from burrow.client.nat.disco_paths import DIRECT, RELAY, Path
 from burrow.wire import disco as d
 from burrow.wire.derp.handshake import generate_private_key, public_key
 from harness.natlab import services
-from harness.natlab.rig import Lab, inside, missing_requirements
+from harness.natlab.rig import Lab, inside
 from harness.natlab.topology import build
 
 DIRECT_WAIT = 20.0  # seconds a peer waits for a direct path (an upper bound, not a measurement)
 PUNCH_FOR = 3.0     # seconds of punching per CallMeMaybe in the symmetric case, which waits past it
-
-
-@pytest.fixture
-def lab(tmp_path):
-    problem = missing_requirements()
-    if problem:
-        pytest.fail(problem)
-    with Lab(tmp_path) as lab:
-        yield lab
 
 
 @dataclass
