@@ -49,7 +49,7 @@ class DiscoPeer:
     disco_key: bytes
     box: d.SharedBox
     selector: PathSelector
-    endpoints: list[Endpoint] = field(default_factory=list)
+    endpoints: list[Endpoint] = field(default_factory=list)  # given by add_peer; CallMeMaybe's go to the selector
     last_call: float = float("-inf")
     observed: Endpoint | None = None  # our address as the peer saw it (its last Pong)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -141,7 +141,7 @@ class DiscoEndpoint:
             peer = DiscoPeer(derp_key, disco_key, d.SharedBox(self.private_key, disco_key),
                              PathSelector(**self.selector_options))
             self._peers[disco_key] = peer
-        peer.endpoints = list(dict.fromkeys([*peer.endpoints, *endpoints]))
+        peer.endpoints = list(dict.fromkeys([*peer.endpoints, *endpoints]))[:peer.selector.max_candidates]
         return peer
 
     async def call(self, peer: DiscoPeer) -> None:
@@ -187,7 +187,6 @@ class DiscoEndpoint:
     async def _on_call_me_maybe(self, peer: DiscoPeer, msg: d.CallMeMaybe) -> None:
         self.stats["call_me_maybe_received"] += 1
         now = asyncio.get_running_loop().time()
-        peer.endpoints = list(dict.fromkeys([*peer.endpoints, *msg.endpoints]))
         peer.selector.add_candidates(msg.endpoints, now)
         self._wake.set()
         if now - peer.last_call >= peer.selector.punch_for:  # call back once: the peer punches too
