@@ -14,11 +14,11 @@ from tests.packet_relay.derp_util import TIMEOUT, client, running_relay
 
 
 @contextlib.asynccontextmanager
-async def pair(tmp_path):
+async def pair(tmp_path, **opts):
     """A relay, two DERP clients and their Disco endpoints on 127.0.0.1, each knowing only the other's keys."""
     async with running_relay(tmp_path) as server:
         derps = [await client(server), await client(server)]
-        a, b = eps = [DiscoEndpoint(c, host="127.0.0.1") for c in derps]
+        a, b = eps = [DiscoEndpoint(c, host="127.0.0.1", **opts) for c in derps]
         try:
             for ep in eps:
                 await ep.start()
@@ -71,3 +71,16 @@ async def test_junk_and_strangers_are_counted_and_harm_no_one(tmp_path):
         assert a.stats["call_me_maybe_over_udp"] == 1
         assert a.stats["derp_not_disco"] == 1
         assert ("127.0.0.1", 9) not in peer_b.selector.candidates()
+
+
+async def test_the_path_falls_back_to_the_relay_when_pongs_stop(tmp_path):
+    async with pair(tmp_path, reping_interval=0.5, ping_timeout=0.3, punch_for=1.0) as (derps, a, b, peer_b, _):
+        await a.call(peer_b)
+        await a.wait_direct(peer_b, TIMEOUT)
+        await b.close()                          # B's socket is gone: A's re-pings go unanswered
+        for _ in range(200):                     # bounded: the path lapses after 0.5 + 2 x 0.3 s without a pong
+            if a.path(peer_b).kind == RELAY:
+                break
+            await asyncio.sleep(0.05)
+        assert a.path(peer_b).kind == RELAY
+        assert peer_b.selector.stats["lost_pings"] >= 1
