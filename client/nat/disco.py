@@ -127,7 +127,7 @@ class DiscoEndpoint:
         elif self.host not in ("0.0.0.0", ""):
             eps = [(self.host, self.port)]
         else:
-            from ..transit.aio import local_addresses  # here: transit.aio imports this package
+            from ..transit.aio import local_addresses  # here, as in netcheck (import order)
             eps = [(ip, self.port) for ip in local_addresses(include_loopback=False)]
         if self.mapped is not None:
             eps.append(self.mapped)
