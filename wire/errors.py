@@ -1,7 +1,7 @@
 """The root of every wire codec's errors: bytes from the peer that do not follow the protocol.
 
 Each codec raises its own subclass (DERP's ProtocolError, WebSocketError, HttpError, StunError,
-IrohProtocolError); `reason` is the short label the servers count errors by.
+IrohProtocolError, DiscoError); `reason` is the short label the servers count errors by.
 """
 
 from __future__ import annotations

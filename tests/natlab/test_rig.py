@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from harness.natlab import upnp
-from harness.natlab.rig import Lab, LabError, inside, missing_requirements
+from harness.natlab.rig import Lab, LabError, inside
 from harness.natlab.topology import ISP_STUN_PORT, build
 
 COOKIE = 0x2112A442
@@ -31,15 +31,6 @@ def _stun(sock: socket.socket, server: tuple[str, int], timeout: float = 1.0) ->
     _fam, xport = struct.unpack_from("!xBH", data, 24)
     ip = bytes(a ^ b for a, b in zip(data[28:32], struct.pack("!I", COOKIE), strict=True))
     return socket.inet_ntoa(ip), xport ^ (COOKIE >> 16)
-
-
-@pytest.fixture
-def lab(tmp_path):
-    problem = missing_requirements()
-    if problem:
-        pytest.fail(problem)
-    with Lab(tmp_path) as lab:
-        yield lab
 
 
 def _stun_servers(lab: Lab, topo) -> list[tuple[str, int]]:
