@@ -9,7 +9,7 @@ usage: IMAGE SERVICE [flags...]
   mailbox   burrow-mailbox  wormhole rendezvous mailbox   (ws 4000, admin 9400)
   transit   burrow-transit  transit relay                 (tcp 4001, ws 4002, admin 9401)
   relay     burrow-relay    DERP packet relay + STUN      (https 8443, udp 3478, admin 9402;
-                            messaging tcp with --messaging-port)
+                            QAD udp 7842 with --qad-port, messaging tcp with --messaging-port)
   discovery burrow-discovery messaging discovery          (http 4003, admin 9403)
   report    burrow-report   Spark report (report image only)
   burrow    the reference client, e.g. `burrow send FILE`

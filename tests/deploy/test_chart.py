@@ -178,7 +178,8 @@ def test_separate_services_have_the_right_kinds_and_protocols():
     assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-mailbox"]["ports"]] == [(4000, "TCP")]
     assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-transit"]["ports"]] == [
         (4001, "TCP"), (4002, "TCP")]
-    assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-relay"]["ports"]] == [(443, "TCP")]
+    # QUIC address discovery answers at the relay URL's address: a mixed-protocol HTTPS Service
+    assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-relay"]["ports"]] == [(443, "TCP"), (7842, "UDP")]
     assert [(p["port"], p["protocol"]) for p in by_name[f"{FULL}-stun"]["ports"]] == [(3478, "UDP")]
     for name in ("mailbox", "transit", "relay", "stun"):
         assert by_name[f"{FULL}-{name}"]["type"] == "LoadBalancer"
@@ -188,7 +189,8 @@ def test_separate_services_have_the_right_kinds_and_protocols():
         assert admin["type"] == "ClusterIP"
         assert [p["name"] for p in admin["ports"]] == ["admin"]
     relay = pod_spec(one(docs, "Deployment", f"{FULL}-relay"))["containers"][0]
-    assert {p["name"]: p["protocol"] for p in relay["ports"]} == {"relay-https": "TCP", "stun": "UDP", "admin": "TCP"}
+    assert {p["name"]: p["protocol"] for p in relay["ports"]} == {"relay-https": "TCP", "stun": "UDP",
+                                                                  "relay-qad": "UDP", "admin": "TCP"}
 
     docs, _ = render(VALUE_SETS["nodeport-secret-tls"])
     by_name = {s["metadata"]["name"]: s["spec"] for s in find(docs, "Service")}
@@ -340,7 +342,8 @@ def test_pdb_and_network_policy_defaults():
     policy = one(docs, "NetworkPolicy", f"{FULL}-relay")
     public, admin = policy["spec"]["ingress"]
     assert "from" not in public  # the public ports are open to everyone
-    assert public["ports"] == [{"port": 8443, "protocol": "TCP"}, {"port": 3478, "protocol": "UDP"}]
+    assert public["ports"] == [{"port": 8443, "protocol": "TCP"}, {"port": 3478, "protocol": "UDP"},
+                               {"port": 7842, "protocol": "UDP"}]  # STUN and QUIC address discovery
     assert admin["ports"] == [{"port": 9402, "protocol": "TCP"}]
     assert admin["from"] == [{"namespaceSelector": {}}]
 

@@ -37,6 +37,7 @@ WIRING_SETS = {
     "udp-apart": {"expose": {"mixedProtocol": False}},
     "ha-udp-apart": {**VALUE_SETS["ha"], "expose": {"mixedProtocol": False}},  # ingress: no co-location needed
     "mailbox-only": {"transit": {"enabled": False}, "relay": {"enabled": False}},
+    "qad-off": {"relay": {"qad": {"enabled": False}}},
 }
 MODES = ["shared", "ingress", "separate"]
 
@@ -63,6 +64,13 @@ def refused_on_local(values: dict) -> bool:
              and not (c == "mailbox" and expose.get("mode") == "ingress")
              and not (c == "relay" and expose.get("mode") == "ingress" and expose.get("mixedProtocol") is False)]
     return len(group) > 1 and any(pods(values, c) > 1 for c in group)
+
+
+def serves_qad(values: dict) -> bool:
+    """The relay's QUIC address discovery is on (relay.qad.enabled), except behind an Ingress."""
+    relay = values.get("relay", {})
+    return (relay.get("enabled", True) and relay.get("qad", {}).get("enabled", True)
+            and values.get("expose", {}).get("mode", "shared") != "ingress")
 
 
 def front_ends(values: dict) -> set[str]:
@@ -92,6 +100,10 @@ def test_every_public_port_is_wired_once(name, mode):
     for key, targets in public.items():
         assert len({w for w, _ in targets}) == 1, (key, targets)
     services = {s for s, _ in public}
+    # the QAD port is a container port of the relay exactly when it is served (the check above then
+    # requires it to be public exactly once)
+    qad = [(s, port) for (s, port), targets in public.items() if (f"{FULL}-relay", "relay-qad") in targets]
+    assert len(qad) == (1 if serves_qad(values) else 0), qad
     udp_apart = values["expose"].get("mixedProtocol") is False and values.get("relay", {}).get("enabled", True)
     if mode == "shared":
         # one address: one Service, plus the UDP Service that shares its address when protocols are apart
@@ -116,9 +128,10 @@ def test_the_check_catches_a_duplicate_and_a_dangling_port():
     shared["spec"]["ports"] = ports[1:]  # the mailbox port left out
     with pytest.raises(AssertionError, match="workloads reached from outside"):
         check_wiring(docs, expected)
-    shared["spec"]["ports"] = [p for p in ports if p["name"] != "stun"]  # one port of a reached workload
-    with pytest.raises(AssertionError, match="'stun'.* is public through None"):
-        check_wiring(docs, expected)
+    for name in ("stun", "relay-qad"):  # one port of a reached workload
+        shared["spec"]["ports"] = [p for p in ports if p["name"] != name]
+        with pytest.raises(AssertionError, match=f"'{name}'.* is public through None"):
+            check_wiring(docs, expected)
     shared["spec"]["ports"] = ports + [dict(ports[0], name="nowhere", port=1, targetPort="websocket")]
     with pytest.raises(AssertionError, match="reaches no pod"):
         check_wiring(docs, expected)
@@ -146,7 +159,7 @@ def test_shared_is_the_default_and_carries_every_port_on_one_address():
     assert spec["type"] == "LoadBalancer" and spec["externalTrafficPolicy"] == "Local"
     assert [(p["name"], p["port"], p["protocol"]) for p in spec["ports"]] == [
         ("mailbox-ws", 4000, "TCP"), ("transit", 4001, "TCP"), ("transit-ws", 4002, "TCP"),
-        ("relay-https", 443, "TCP"), ("stun", 3478, "UDP")]
+        ("relay-https", 443, "TCP"), ("stun", 3478, "UDP"), ("relay-qad", 7842, "UDP")]
     assert spec["selector"]["burrow-public"] == "true"
     # Redis and transit replicas behind HAProxy never carry the label the shared Service selects
     docs, _ = render(VALUE_SETS["ha"])
@@ -161,13 +174,56 @@ def test_stun_apart_shares_the_address_by_ip_and_annotation():
     docs, notes = render(values)
     tcp, udp = one(docs, "Service", FULL), one(docs, "Service", f"{FULL}-stun")
     assert {p["protocol"] for p in tcp["spec"]["ports"]} == {"TCP"}
-    assert [(p["name"], p["protocol"]) for p in udp["spec"]["ports"]] == [("stun", "UDP")]
+    assert [(p["name"], p["protocol"]) for p in udp["spec"]["ports"]] == [("stun", "UDP"), ("relay-qad", "UDP")]
     for s in (tcp, udp):
         assert s["spec"]["loadBalancerIP"] == "203.0.113.7"
         assert s["metadata"]["annotations"] == {"metallb.universe.tf/allow-shared-ip": "burrow"}
-    assert f"STUN (UDP) is on Service {FULL}-stun, which must get the same address" in notes
+    assert f"STUN and QAD (UDP) are on Service {FULL}-stun, which must get the same address" in notes
     docs, _ = render({"service": {"type": "NodePort", "loadBalancerIP": "203.0.113.7"}})
     assert "loadBalancerIP" not in one(docs, "Service", FULL)["spec"]  # only for LoadBalancer
+
+
+@pytest.mark.parametrize("mode, mixed, service", [
+    ("shared", True, FULL), ("shared", False, f"{FULL}-stun"),
+    ("separate", True, f"{FULL}-relay"), ("separate", False, f"{FULL}-stun"),
+])
+def test_qad_is_served_next_to_the_relays_https(mode, mixed, service):
+    """iroh endpoints look for QUIC address discovery at the relay URL's host, on quic_port: the relay
+    listens there (BURROW_RELAY_QAD_PORT), and the Service on HTTPS's address (or the UDP Service that
+    must share it) carries the port, with a nodePort when one is set."""
+    values = {"publicHost": "burrow.example.org", "service": {"type": "NodePort"},
+              "expose": {"mode": mode, "mixedProtocol": mixed}, "relay": {"qad": {"port": 7900, "nodePort": 30790}}}
+    docs, notes = render(values)
+    relay = pod_spec(one(docs, "Deployment", f"{FULL}-relay"))["containers"][0]
+    assert {e["name"]: e.get("value") for e in relay["env"]}["BURROW_RELAY_QAD_PORT"] == "7900"
+    assert {"name": "relay-qad", "containerPort": 7900, "protocol": "UDP"} in relay["ports"]
+    public = check_wiring(docs, front_ends(values))
+    assert [key for key, targets in public.items() if (f"{FULL}-relay", "relay-qad") in targets] == [
+        (service, "relay-qad")]
+    [port] = [p for p in one(docs, "Service", service)["spec"]["ports"] if p["name"] == "relay-qad"]
+    assert port == {"name": "relay-qad", "port": 7900, "targetPort": "relay-qad", "protocol": "UDP", "nodePort": 30790}
+    policy = one(docs, "NetworkPolicy", f"{FULL}-relay")["spec"]["ingress"][0]
+    assert "from" not in policy and {"port": 7900, "protocol": "UDP"} in policy["ports"]
+    assert "QAD         burrow.example.org:7900 (UDP, iroh's QUIC address discovery: quic_port 7900" in notes
+    assert "burrow netcheck https://burrow.example.org --qad-port 7900 --insecure" in notes
+    assert ("that Service must get the address of" in notes) == (mode == "separate" and not mixed)
+
+
+@pytest.mark.parametrize("values", [
+    {"expose": {"mode": "ingress"}},  # no certificate in the relay, no UDP on the Ingress's address
+    {"relay": {"qad": {"enabled": False}}},
+])
+def test_qad_off(values):
+    docs, notes = render(values)
+    [relay] = find(docs, "Deployment", f"{FULL}-relay") + find(docs, "StatefulSet", f"{FULL}-relay")
+    container = pod_spec(relay)["containers"][0]
+    assert "BURROW_RELAY_QAD_PORT" not in {e["name"] for e in container["env"]}
+    assert "relay-qad" not in {p["name"] for p in container["ports"]}
+    assert not [p for s in find(docs, "Service") for p in s["spec"]["ports"] if p["name"] == "relay-qad"]
+    policy = one(docs, "NetworkPolicy", f"{FULL}-relay")["spec"]["ingress"][0]
+    assert {"port": 7842, "protocol": "UDP"} not in policy["ports"]
+    assert "QAD  " not in notes and "--qad-port" not in notes
+    assert ("QUIC address discovery (relay.qad) is off behind the Ingress" in notes) == ("expose" in values)
 
 
 def test_ingress_routes_every_http_endpoint_to_its_server():

@@ -166,6 +166,31 @@ def test_compose_stack_shape():
 
 
 
+COMPOSE_FILES = ["compose.yaml", "compose.tls.yaml", "compose.mesh.yaml", "compose.ha.yaml"]
+
+
+def test_qad_is_published_where_stun_is():
+    """Every relay that publishes STUN also serves iroh's QUIC address discovery (which needs HTTPS's
+    certificate: each of them has one) and publishes its UDP port; the image declares the port."""
+    relays = 0
+    for name in COMPOSE_FILES:
+        for service, svc in yaml.safe_load((DOCKER / name).read_text())["services"].items():
+            ports = svc.get("ports", [])
+            if not any(p.endswith(":3478/udp") for p in ports):
+                continue
+            relays += 1
+            env = svc["environment"]
+            assert env.get("BURROW_RELAY_QAD_PORT") == "7842", f"{name} {service}"
+            assert env["BURROW_RELAY_DEV_TLS"] == "true" or env.get("BURROW_RELAY_TLS_CERT"), f"{name} {service}"
+            assert sum(p.endswith(":7842/udp") and not p.startswith("127.0.0.1:") for p in ports) == 1, ports
+    assert relays == 3  # compose.yaml's relay, compose.mesh.yaml's relay-b, compose.ha.yaml's relay
+    # compose.tls.yaml only swaps the certificate: the port and the variable come from compose.yaml
+    tls = yaml.safe_load((DOCKER / "compose.tls.yaml").read_text())["services"]["relay"]
+    assert "ports" not in tls and "BURROW_RELAY_QAD_PORT" not in tls["environment"]
+    exposed = [rest.split() for word, rest in instructions("Dockerfile") if word == "EXPOSE"]
+    assert exposed and "3478/udp" in exposed[0] and "7842/udp" in exposed[0]
+
+
 def test_compose_ha_shape():
     """compose.ha.yaml: every service healthchecked, hardened and non-root; the mailbox replicas share
     one durable Redis, have their own names, and may finish their drain before being killed; HAProxy
@@ -186,7 +211,7 @@ def test_compose_ha_shape():
         assert svc.get("user", "10001:10001").split(":")[0] != "0", name  # the Burrow image runs as 10001
         for port in svc.get("ports", []):
             assert port.startswith("127.0.0.1:") or port.split(":")[-1].split("/")[0] in (
-                "4000", "4001", "4002", "8443", "3478"), f"{name}: {port} published beyond loopback"
+                "4000", "4001", "4002", "8443", "3478", "7842"), f"{name}: {port} published beyond loopback"
     assert "ports" not in services["redis"]
     redis = services["redis"]["command"]
     assert redis[redis.index("--appendonly") + 1] == "yes"

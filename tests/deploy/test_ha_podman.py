@@ -137,6 +137,7 @@ def ha(tmp_path_factory):
             "BURROW_PUBLISH_TRANSIT_2_ADMIN": str(ports["transit-2_admin"]),
             "BURROW_PUBLISH_RELAY_HTTPS": f"127.0.0.1:{ports['relay_https']}",
             "BURROW_PUBLISH_RELAY_STUN": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+            "BURROW_PUBLISH_RELAY_QAD": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
             "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay_admin"]),
             "BURROW_NODE_NAME": "ha",
         }

@@ -1,6 +1,6 @@
 """Smoke test: build the images, run docker/compose.yaml through the Docker Engine API (podman serves
 it), and move real files through the containers with magic-wormhole and with our client; probe the DERP
-relay and STUN; run the Spark report profile over the shared log volume.
+relay, STUN and QUIC address discovery; run the Spark report profile over the shared log volume.
 
 Needs Linux, root, podman + runc (Debian packages) and, when no registry is reachable, debootstrap.
 Where they are missing the whole module is skipped with the reason (and a warning in the summary).
@@ -104,7 +104,8 @@ def deployed(tmp_path_factory):
             build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
             ports = {"mailbox": free_port(), "mailbox_admin": free_port(), "transit": free_port(),
                      "transit_ws": free_port(), "transit_admin": free_port(), "relay_https": free_port(),
-                     "relay_stun": free_port(socket.SOCK_DGRAM), "relay_admin": free_port()}
+                     "relay_stun": free_port(socket.SOCK_DGRAM), "relay_qad": free_port(socket.SOCK_DGRAM),
+                     "relay_admin": free_port()}
             env = {
                 "BURROW_PUBLISH_MAILBOX": f"127.0.0.1:{ports['mailbox']}",
                 "BURROW_PUBLISH_MAILBOX_ADMIN": str(ports["mailbox_admin"]),
@@ -113,6 +114,7 @@ def deployed(tmp_path_factory):
                 "BURROW_PUBLISH_TRANSIT_ADMIN": str(ports["transit_admin"]),
                 "BURROW_PUBLISH_RELAY_HTTPS": f"127.0.0.1:{ports['relay_https']}",
                 "BURROW_PUBLISH_RELAY_STUN": f"127.0.0.1:{ports['relay_stun']}",
+                "BURROW_PUBLISH_RELAY_QAD": f"127.0.0.1:{ports['relay_qad']}",
                 "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay_admin"]),
                 "BURROW_NODE_NAME": "smoke",
             }
@@ -218,6 +220,18 @@ def test_derp_relay_and_stun_through_containers(deployed):
     assert probe.returncode == 0, probe.stdout + probe.stderr + deployed.stack.logs()
     assert deployed.metric("relay", "burrow_relay_stun_answered_total") >= 1
     assert deployed.metric("relay", "burrow_relay_packets_forwarded_total") >= 1
+
+
+def test_quic_address_discovery_through_containers(deployed):
+    """iroh's QAD on compose.yaml's published UDP port, with the relay's (self-signed) HTTPS certificate."""
+    import asyncio
+
+    from burrow.client.nat.qad import observe
+
+    seen = asyncio.run(observe("127.0.0.1", deployed.ports["relay_qad"], timeout=20, insecure=True))
+    assert seen.port > 0, seen  # the source port as the container saw it (after the port publisher's NAT)
+    assert deployed.metric("relay", "burrow_relay_qad_reports_total") >= 1
+    assert deployed.metric("relay", "burrow_relay_qad_handshakes_total") >= 1
 
 
 def read_logs(deployed: Deployed) -> list[str]:

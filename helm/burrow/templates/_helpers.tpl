@@ -266,6 +266,22 @@ topologySpreadConstraints:
 {{- $mode }}
 {{- end }}
 
+{{/* "true" when the relay serves iroh's QUIC address discovery (relay.qad): it needs the relay's own
+     certificate and the relay URL's address, neither of which the relay has behind an Ingress. */}}
+{{- define "burrow.relayQad" -}}
+{{- if and .Values.relay.enabled .Values.relay.qad.enabled (ne (include "burrow.exposeMode" .) "ingress") }}true{{ end }}
+{{- end }}
+
+{{/* The QAD port of a Service with expose.mode separate. Call with (list $ $serviceType). */}}
+{{- define "burrow.relayQadServicePort" -}}
+{{- $root := index . 0 }}
+- name: relay-qad
+  port: {{ $root.Values.relay.qad.port }}
+  targetPort: relay-qad
+  protocol: UDP
+  {{- include "burrow.nodePort" (list (index . 1) $root.Values.relay.qad.nodePort) | nindent 2 }}
+{{- end }}
+
 {{/* The pod label the shared Services select on: set on the pods that take clients' connections
      (not on transit replicas behind the HAProxy front end, nor on Redis). */}}
 {{- define "burrow.publicLabel" -}}
