@@ -15,6 +15,9 @@ this replica joins its waiting side to the hop (`Relay.hop_out`, a pair that wri
 both replicas splice bytes. A hop that fails (`no partner`, refused, unreachable: the holder died) drops
 the stale claim (only if it still names that replica) and claims again, at most CLAIM_ATTEMPTS times;
 after that the side simply waits here. With Redis unreachable every replica pairs on its own.
+
+Hop lines normally travel on warm connections opened in advance (hop_pool.py), so a pairing costs one
+Redis round trip and one exchange on an open connection; a hop finding none, or a dead one, dials.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import ipaddress
 import logging
 import re
 import socket
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+from burrow.transit_relay.hop_pool import HopPool, hop_seconds_histogram
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
 from burrow.transit_relay.tcp import TcpEndpoint
@@ -97,6 +102,9 @@ class Cluster:
         self._tasks: set[asyncio.Task] = set()
         self._start: asyncio.Task | None = None
         self.peer_port: int | None = None
+        self.pool: HopPool | None = None  # made in start(), on the running loop
+        self.hop_seconds = hop_seconds_histogram(registry)
+        self._registry = registry
         registry.register(_ClusterCollector(self))
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -108,6 +116,9 @@ class Cluster:
             if cfg.host in ("", "::", "0.0.0.0"):
                 raise ValueError("--redis-url with a wildcard --host needs --advertise-address HOST:PORT")
             self.address = f"{cfg.host}:{self.peer_port}"
+        self.pool = HopPool(self.server.loop, self.secret, cfg.peer_pool_size, self.server.clock,
+                            lambda holder: _resolve(self.server.loop, holder), self._registry)
+        self.pool.address = self.address
         self.server.loop.add_reader(self._lsock.fileno(), self._accept)
         self.link.on_health_change(self._redis_changed)
         self._start = asyncio.create_task(self.link.start(connect_deadline=None))  # serves meanwhile
@@ -117,6 +128,8 @@ class Cluster:
             self.server.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        if self.pool is not None:
+            self.pool.close()
         if self._tasks:  # let the claims of the sides just closed be released (bounded)
             await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in [*self._tasks, *([self._start] if self._start else [])]:
@@ -190,25 +203,30 @@ class Cluster:
     # -- outgoing hop ---------------------------------------------------------------------------
     async def _hop(self, conn: Conn, holder: str) -> bool:
         """Join `conn` to its partner on `holder`; False if that side (or replica) is not there."""
-        server, loop = self.server, self.server.loop
+        server = self.server
+        started = time.perf_counter()
         line = hop_line(self.secret, conn.handshake, conn.transport, conn.ip, server.clock())
-        try:
-            family, address = await _resolve(loop, holder)
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except (OSError, ValueError):
-            self.hops_out["unreachable"] += 1
-            return False
-        sock.setblocking(False)
-        try:
-            await asyncio.wait_for(loop.sock_connect(sock, address), HOP_CONNECT_TIMEOUT)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_sendall(sock, line)
-            reply = await asyncio.wait_for(_read_line(loop, sock), HOP_REPLY_TIMEOUT)
-        except (TimeoutError, OSError) as exc:
-            log.info("hop to %s failed: %s", holder, exc)
-            sock.close()
-            self.hops_out["unreachable"] += 1
-            return False
+        sock = self.pool.take(holder)
+        if sock is not None:
+            reply = await self._exchange(sock, line)
+            if not reply:  # the warm connection died unnoticed: dial instead
+                sock.close()
+                sock = None
+        kind = "warm" if sock is not None else "fresh"
+        if sock is None:
+            try:
+                sock = await self._dial(holder)
+                reply = await self._exchange(sock, line)
+            except (TimeoutError, OSError, ValueError) as exc:
+                log.info("hop to %s failed: %s", holder, exc)
+                reply = b""
+            if not reply:
+                if sock is not None:
+                    sock.close()
+                self.hops_out["unreachable"] += 1
+                self.pool.forget(holder)
+                return False
+        self.hop_seconds.labels(kind).observe(time.perf_counter() - started)
         if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
             sock.close()
             self.hops_out["refused"] += 1
@@ -231,6 +249,27 @@ class Cluster:
         server.dispatch(actions)
         return True
 
+    async def _dial(self, holder: str) -> socket.socket:
+        family, address = await _resolve(self.server.loop, holder)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(self.server.loop.sock_connect(sock, address), HOP_CONNECT_TIMEOUT)
+        except BaseException:
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    async def _exchange(self, sock: socket.socket, line: bytes) -> bytes:
+        """Send the hop line and read the holder's answer; b"" if the connection failed or closed."""
+        loop = self.server.loop
+        try:
+            await loop.sock_sendall(sock, line)
+            return await asyncio.wait_for(_read_line(loop, sock), HOP_REPLY_TIMEOUT)
+        except (TimeoutError, OSError):
+            return b""
+
     # -- incoming hops ----------------------------------------------------------------------------
     def _accept(self) -> None:
         for _ in range(64):
@@ -243,9 +282,12 @@ class Cluster:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.ensure_future(self._hop_in(sock))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn_hop_in(sock)
+
+    def _spawn_hop_in(self, sock: socket.socket) -> None:
+        task = asyncio.ensure_future(self._hop_in(sock))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _hop_in(self, sock: socket.socket) -> None:
         server = self.server
@@ -253,6 +295,9 @@ class Cluster:
             line = await asyncio.wait_for(_read_line(server.loop, sock), HOP_LINE_TIMEOUT)
         except (TimeoutError, OSError):
             line = b""
+        if line.startswith(b"warm ") and self.pool is not None:  # a peer's warm connection: park it
+            self.pool.park(sock, line.rstrip(b"\n"), self._spawn_hop_in)
+            return
         parsed = parse_hop(self.secret, line.rstrip(b"\n"), server.clock()) if line else None
         if parsed is None:
             self.hops_in["refused"] += 1
