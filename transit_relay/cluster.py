@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+from burrow.transit_relay import hop_pool
 from burrow.transit_relay.hop_pool import HopPool, hop_seconds_histogram
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
@@ -227,6 +228,7 @@ class Cluster:
                 self.pool.forget(holder)
                 return False
         self.hop_seconds.labels(kind).observe(time.perf_counter() - started)
+        self.pool.replenish(holder)  # after the exchange, so that refilling never delays it
         if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
             sock.close()
             self.hops_out["refused"] += 1
@@ -296,8 +298,20 @@ class Cluster:
         except (TimeoutError, OSError):
             line = b""
         if line.startswith(b"warm ") and self.pool is not None:  # a peer's warm connection: park it
-            self.pool.park(sock, line.rstrip(b"\n"), self._spawn_hop_in)
+            self.pool.park(sock, line.rstrip(b"\n"), self._warm_hop_in)
             return
+        self._hop_line(sock, line)
+
+    def _warm_hop_in(self, sock: socket.socket) -> None:
+        """A parked warm connection has its hop line: handled in this callback when it is whole."""
+        line = hop_pool.read_available_line(sock, MAX_HOP_LINE)
+        if line is None:
+            self._spawn_hop_in(sock)
+        else:
+            self._hop_line(sock, line)
+
+    def _hop_line(self, sock: socket.socket, line: bytes) -> None:
+        server = self.server
         parsed = parse_hop(self.secret, line.rstrip(b"\n"), server.clock()) if line else None
         if parsed is None:
             self.hops_in["refused"] += 1

@@ -98,6 +98,19 @@ def _alive(sock: socket.socket) -> bool:
     return False
 
 
+def read_available_line(sock: socket.socket, limit: int) -> bytes | None:
+    """The first line already received on `sock`, newline included, taking nothing after it; None when
+    no whole line is there yet (or the connection failed: the caller's slow path finds out)."""
+    try:
+        data = sock.recv(limit, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return None
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    return sock.recv(end + 1)
+
+
 class _Peer:
     def __init__(self, address: str) -> None:
         self.address = address
@@ -149,8 +162,13 @@ class HopPool:
                 break
             self.dropped["stale"] += 1
             candidate.close()
-        peer.wake.set()
         return sock
+
+    def replenish(self, address: str) -> None:
+        """Top the pool to `address` up again (called once a hop's exchange is over)."""
+        peer = self.peers.get(address)
+        if peer is not None:
+            peer.wake.set()
 
     def forget(self, address: str) -> None:
         """`address` is unreachable: drop its connections and stop dialing it."""
