@@ -130,7 +130,7 @@ class Cluster:
             self._lsock.close()
             self._lsock = None
         if self.pool is not None:
-            self.pool.close()
+            await self.pool.close()
         if self._tasks:  # let the claims of the sides just closed be released (bounded)
             await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in [*self._tasks, *([self._start] if self._start else [])]:

@@ -298,11 +298,14 @@ class HopPool:
             return
         on_hop(sock)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self.closing = True
+        fillers = [peer.filler for peer in self.peers.values() if peer.filler is not None]
         for peer in list(self.peers.values()):
             self._drop_peer(peer)
         self.peers.clear()
+        if fillers:
+            await asyncio.wait(fillers, timeout=DIAL_TIMEOUT)
         for sock in self.parked.values():
             self.loop.remove_reader(sock.fileno())
             sock.close()
