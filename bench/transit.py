@@ -122,7 +122,7 @@ class Front:
 class CrossReplicas:
     """`burrow-redis`: two replicas on one Redis; side a always reaches the first, side b the second."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         self.workdir = tempfile.TemporaryDirectory()
         work = Path(self.workdir.name)
         self.redis = RedisServer(work / "redis", appendfsync="no")
@@ -132,7 +132,7 @@ class CrossReplicas:
             peer = free_port()
             self.replicas.append(start_server("burrow", "--redis-url", self.redis.url, "--peer-port", str(peer),
                                               "--advertise-address", f"{HOST}:{peer}",
-                                              "--peer-secret-file", str(work / "secret")))
+                                              "--peer-secret-file", str(work / "secret"), *extra))
         time.sleep(1.0)  # both replicas reach Redis
         self.port = (self.replicas[0][1], self.replicas[1][1])
 
@@ -162,8 +162,8 @@ def start_server(kind: str, *extra: str) -> tuple[subprocess.Popen, int]:
     if kind == "burrow-haproxy":
         front = Front()
         return front, front.port
-    if kind == "burrow-redis":
-        cross = CrossReplicas()
+    if kind in ("burrow-redis", "burrow-redis-dial"):  # -dial: no warm hop connections, one dial per hop
+        cross = CrossReplicas(*(("--peer-pool-size", "0") if kind == "burrow-redis-dial" else ()))
         return cross, cross.port
     port = free_port()
     if kind == "haproxy":
@@ -394,7 +394,8 @@ def main() -> None:
     ap.add_argument("--no-copy-row", action="store_true", help="skip burrow without splice")
     ap.add_argument("--no-cluster-rows", action="store_true",
                     help="skip burrow-haproxy and burrow-redis (several replicas)")
-    ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments")
+    ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments "
+                    "(also burrow-redis-dial: burrow-redis with --peer-pool-size 0)")
     ap.add_argument("--path", choices=["loopback", "veth"], default="loopback",
                     help="veth: senders and receivers in two network namespaces joined to the host by veth "
                          "pairs (needs root); the relays listen on the host side, the direct stream is routed")
@@ -425,7 +426,7 @@ def report(args) -> None:
             kinds.remove("burrow-haproxy")
             kinds.remove("burrow-redis")
         if args.only:
-            kinds = [k for k in kinds if k in args.only.split(",")]
+            kinds = [k for k in [*kinds, "burrow-redis-dial"] if k in args.only.split(",")]
             print(run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings))
             return
         results = run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings)
