@@ -40,7 +40,7 @@ from prometheus_client.registry import Collector
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
 from burrow.transit_relay import hop_pool
-from burrow.transit_relay.hop_pool import HopPool, hop_seconds_histogram
+from burrow.transit_relay.hop_pool import HopPool, PeerLine, hop_seconds_histogram
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
 from burrow.transit_relay.tcp import TcpEndpoint
@@ -101,6 +101,7 @@ class Cluster:
         self.claimed: set[bytes] = set()  # tokens whose claim names this replica
         self._lsock: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._lines: set[PeerLine] = set()  # incoming peer connections whose first line is awaited
         self._start: asyncio.Task | None = None
         self.peer_port: int | None = None
         self.pool: HopPool | None = None  # made in start(), on the running loop
@@ -129,6 +130,8 @@ class Cluster:
             self.server.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        for waiting in list(self._lines):
+            waiting.close()
         if self.pool is not None:
             await self.pool.close()
         if self._tasks:  # let the claims of the sides just closed be released (bounded)
@@ -256,7 +259,8 @@ class Cluster:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setblocking(False)
         try:
-            await asyncio.wait_for(self.server.loop.sock_connect(sock, address), HOP_CONNECT_TIMEOUT)
+            async with asyncio.timeout(HOP_CONNECT_TIMEOUT):  # (no extra task, unlike wait_for)
+                await self.server.loop.sock_connect(sock, address)
         except BaseException:
             sock.close()
             raise
@@ -268,7 +272,8 @@ class Cluster:
         loop = self.server.loop
         try:
             await loop.sock_sendall(sock, line)
-            return await asyncio.wait_for(_read_line(loop, sock), HOP_REPLY_TIMEOUT)
+            async with asyncio.timeout(HOP_REPLY_TIMEOUT):
+                return await _read_line(loop, sock)
         except (TimeoutError, OSError):
             return b""
 
@@ -284,33 +289,24 @@ class Cluster:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._spawn_hop_in(sock)
+            PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._first_line, self._lines)
 
-    def _spawn_hop_in(self, sock: socket.socket) -> None:
-        task = asyncio.ensure_future(self._hop_in(sock))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _hop_in(self, sock: socket.socket) -> None:
-        server = self.server
-        try:
-            line = await asyncio.wait_for(_read_line(server.loop, sock), HOP_LINE_TIMEOUT)
-        except (TimeoutError, OSError):
-            line = b""
+    def _first_line(self, sock: socket.socket, line: bytes) -> None:
         if line.startswith(b"warm ") and self.pool is not None:  # a peer's warm connection: park it
             self.pool.park(sock, line.rstrip(b"\n"), self._warm_hop_in)
-            return
-        self._hop_line(sock, line)
+        else:
+            self._hop_line(sock, line)
 
     def _warm_hop_in(self, sock: socket.socket) -> None:
         """A parked warm connection has its hop line: handled in this callback when it is whole."""
         line = hop_pool.read_available_line(sock, MAX_HOP_LINE)
         if line is None:
-            self._spawn_hop_in(sock)
+            PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._hop_line, self._lines)
         else:
             self._hop_line(sock, line)
 
     def _hop_line(self, sock: socket.socket, line: bytes) -> None:
+        """An incoming hop's line (b"" if none came): pair it with the side waiting here, or refuse it."""
         server = self.server
         parsed = parse_hop(self.secret, line.rstrip(b"\n"), server.clock()) if line else None
         if parsed is None:

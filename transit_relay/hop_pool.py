@@ -111,6 +111,44 @@ def read_available_line(sock: socket.socket, limit: int) -> bytes | None:
     return sock.recv(end + 1)
 
 
+class PeerLine:
+    """Reads the first line of a connection to the peer port in reader callbacks (no task), at most
+    `limit` bytes and `timeout` seconds, then calls `done(sock, line)`; line is b"" on EOF, timeout or
+    overflow. Nothing follows the line before this replica answers it, so reading greedily is safe."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, limit: int, timeout: float,
+                 done: Callable[[socket.socket, bytes], None], waiting: set) -> None:
+        self.loop, self.sock, self.limit, self.done, self.waiting = loop, sock, limit, done, waiting
+        self.fd = sock.fileno()
+        self.buf = b""
+        self.timer = loop.call_later(timeout, self._finish, b"")
+        waiting.add(self)
+        loop.add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = self.sock.recv(self.limit - len(self.buf))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        self.buf += data
+        if data and not self.buf.endswith(b"\n") and len(self.buf) < self.limit:
+            return
+        self._finish(self.buf if self.buf.endswith(b"\n") else b"")
+
+    def _finish(self, line: bytes) -> None:
+        self.close(keep_socket=True)
+        self.done(self.sock, line)
+
+    def close(self, keep_socket: bool = False) -> None:
+        self.timer.cancel()
+        self.waiting.discard(self)
+        self.loop.remove_reader(self.fd)
+        if not keep_socket:
+            self.sock.close()
+
+
 class _Peer:
     def __init__(self, address: str) -> None:
         self.address = address
@@ -234,7 +272,8 @@ class HopPool:
             family, sockaddr = await self.resolve(address)
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setblocking(False)
-            await asyncio.wait_for(self._handshake(sock, sockaddr), DIAL_TIMEOUT)
+            async with asyncio.timeout(DIAL_TIMEOUT):
+                await self._handshake(sock, sockaddr)
         except PermissionError:
             self.dials["refused"] += 1
         except (OSError, ValueError, TimeoutError) as exc:
