@@ -214,6 +214,7 @@ class Cluster:
         if sock is not None:
             reply = await self._exchange(sock, line)
             if not reply:  # the warm connection died unnoticed: dial instead
+                self.pool.dropped["stale"] += 1
                 sock.close()
                 sock = None
         kind = "warm" if sock is not None else "fresh"

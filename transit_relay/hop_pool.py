@@ -231,7 +231,10 @@ class HopPool:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(peer.wake.wait(), SWEEP_INTERVAL)
                     continue
-                sock = await self._dial(peer.address)
+                sock, result = await self._dial(peer.address)
+                if result == "busy":  # the peer holds all the warm connections it will: keep what we have
+                    await asyncio.sleep(SWEEP_INTERVAL)
+                    continue
                 if sock is None:
                     peer.failures += 1
                     if peer.failures >= DROP_AFTER:
@@ -266,7 +269,8 @@ class HopPool:
         self.dropped["closed"] += 1
         peer.wake.set()
 
-    async def _dial(self, address: str) -> socket.socket | None:
+    async def _dial(self, address: str) -> tuple[socket.socket | None, str]:
+        """(a ready connection or None, result: ok, unreachable, refused, busy), counted."""
         sock = None
         try:
             family, sockaddr = await self.resolve(address)
@@ -274,17 +278,17 @@ class HopPool:
             sock.setblocking(False)
             async with asyncio.timeout(DIAL_TIMEOUT):
                 await self._handshake(sock, sockaddr)
-        except PermissionError:
-            self.dials["refused"] += 1
+            result = "ok"
+        except PermissionError as exc:
+            result = "busy" if exc.args and exc.args[0] == BUSY else "refused"
         except (OSError, ValueError, TimeoutError) as exc:
             log.debug("warm dial to %s failed: %s", address, exc)
-            self.dials["unreachable"] += 1
-        else:
-            self.dials["ok"] += 1
-            return sock
-        if sock is not None:
+            result = "unreachable"
+        self.dials[result] += 1
+        if result != "ok" and sock is not None:
             sock.close()
-        return None
+            sock = None
+        return sock, result
 
     async def _handshake(self, sock: socket.socket, sockaddr: tuple) -> None:
         await self.loop.sock_connect(sock, sockaddr)
@@ -297,6 +301,8 @@ class HopPool:
                 break
             reply += more
         if reply != READY:
+            if reply == BUSY:
+                raise PermissionError(reply)
             if reply.startswith(b"error: "):
                 log.warning("peer refused a warm hop connection: %s", reply.strip().decode(errors="replace"))
                 raise PermissionError(reply)
@@ -365,8 +371,8 @@ class _PoolCollector(Collector):
                                 "to this replica", value=len(p.parked))
         dials = CounterMetricFamily("burrow_transit_cluster_pool_dials", "warm connections dialed (ok, "
                                     "unreachable, refused: the peer refused the warm line, e.g. another "
-                                    "secret)", labels=["result"])
-        for result in ("ok", "unreachable", "refused"):
+                                    "secret; busy: the peer holds as many as it will)", labels=["result"])
+        for result in ("ok", "unreachable", "refused", "busy"):
             dials.add_metric([result], p.dials.get(result, 0))
         yield dials
         dropped = CounterMetricFamily("burrow_transit_cluster_pool_dropped", "warm connections dropped "

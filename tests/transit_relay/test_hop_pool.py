@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from burrow.transit_relay import hop_pool
 from burrow.transit_relay.hop_pool import parse_warm, warm_line
 from harness.ports import free_port
 from tests.transit_relay.conftest import CLUSTER_SECRET as SECRET
@@ -106,3 +107,17 @@ def test_warm_lines_are_authenticated_and_fresh():
     assert parse_warm(b"x" * 32, line, 1001.0) is None  # another secret
     assert parse_warm(SECRET, line, 1100.0) is None  # too old
     assert parse_warm(SECRET, line.replace(b"10.0.0.7", b"10.0.0.8"), 1001.0) is None  # altered
+
+
+async def test_a_holder_at_its_parking_limit_answers_busy_and_the_dialer_keeps_what_it_has(cluster, monkeypatch):
+    monkeypatch.setattr(hop_pool, "MAX_PARKED", 1)  # the limit, made small enough to reach here
+    r0, r1 = await cluster(2, peer_pool_size=3)
+    await cross_pair(r0, r1, 1)  # r1 learns r0 and fills towards it: one is parked, the next is refused
+    await wait_for(lambda: value(r1, "burrow_transit_cluster_pool_dials_total", result="busy") >= 1)
+    assert value(r0, "burrow_transit_cluster_pool_warm_in_total", result="busy") >= 1
+    assert value(r0, "burrow_transit_cluster_pool_parked") == 1
+    assert value(r1, "burrow_transit_cluster_pool_idle") == 1  # kept, and the peer is not forgotten
+    assert value(r1, "burrow_transit_cluster_pool_peers") == 1
+    warm = hops(r1, "warm")
+    await cross_pair(r0, r1, 2)
+    assert hops(r1, "warm") == warm + 1
