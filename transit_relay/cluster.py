@@ -1,9 +1,10 @@
 """Transit replicas that pair across each other: a token registry in Redis and the replica-to-replica hop.
 
-A side that starts waiting on a replica (the core's `Waiting` action) claims its token in Redis:
-`SET burrow:transit:{TOKEN}:waiting <this replica's advertise address> NX PX <pending timeout>`. If the
-claim is already held by another replica, the partner waits there: this replica dials that replica's
-peer port and sends one hop line,
+A side that starts waiting on a replica (the core's `Waiting` action) claims its token in Redis with one
+script (`_CLAIM`): `burrow:transit:{TOKEN}:waiting` is set to this replica's advertise address (expiring
+with the pending timeout) if free. If another replica holds it, the partner waits there: the script
+takes that claim away (the two sides are about to pair, so the holder has nothing to release later)
+and this replica sends that replica's peer port one hop line,
 
     hop TOKEN SIDE TRANSPORT CLIENT_IP TIME_MS MAC\\n
 
@@ -12,9 +13,10 @@ rest of the line; lines older than HOP_MAX_AGE are refused). The holder treats t
 connection from CLIENT_IP that must pair at once (`Relay.hop_in`): it answers `ok\\n` and relays as for
 any pair, writing the pair's one session line, or `no partner\\n` when its waiting side is gone. On `ok`
 this replica joins its waiting side to the hop (`Relay.hop_out`, a pair that writes no session line) and
-both replicas splice bytes. A hop that fails (`no partner`, refused, unreachable: the holder died) drops
-the stale claim (only if it still names that replica) and claims again, at most CLAIM_ATTEMPTS times;
-after that the side simply waits here. With Redis unreachable every replica pairs on its own.
+both replicas splice bytes. A hop that fails (`no partner`, unreachable: the holder died) claims again
+(the stale claim is gone already), at most CLAIM_ATTEMPTS times; after that the side simply waits here.
+A hop the holder refuses (a limit) puts the holder's claim back. With Redis unreachable every replica
+pairs on its own.
 
 Hop lines normally travel on warm connections opened in advance (hop_pool.py), so a pairing costs one
 Redis round trip and one exchange on an open connection; a hop finding none, or a dead one, dials.
@@ -54,6 +56,13 @@ HOP_MAX_AGE = 30.0          # seconds a hop line stays valid (clocks of the repl
 MAX_HOP_LINE = 512
 _HOP = re.compile(rb"^hop (\w{64}) (\w{16}|-) (tcp|websocket) (\S{1,64}) (\d{1,16}) ([0-9a-f]{64})$")
 _RELEASE = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"""
+# Claim the token for this replica (ARGV[1]) if free; else return its holder, and when that is another
+# replica take the claim away: this side is about to pair with the holder's, so the holder has nothing
+# to release afterwards (one round trip per side, none after the pair forms).
+_CLAIM = """local holder = redis.call('get', KEYS[1])
+if not holder then redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]) return false end
+if holder ~= ARGV[1] then redis.call('del', KEYS[1]) end
+return holder"""
 
 
 def hop_line(secret: bytes, handshake: Handshake, transport: str, ip: str, now: float) -> bytes:
@@ -183,9 +192,9 @@ class Cluster:
             if not self.link.healthy:
                 self.local_only += 1
                 return
-            try:  # one round trip: claim if free, else learn the holder (SET NX GET, Redis >= 7)
-                holder = await self.link.timed(self.link.client.set(
-                    self._key(token), self.address, nx=True, px=self.ttl_ms, get=True))
+            try:  # one round trip: claim if free, else learn (and take over) the holder's claim
+                holder = await self.link.timed(self.link.client.eval(
+                    _CLAIM, 1, self._key(token), self.address, self.ttl_ms))
             except UNAVAILABLE:
                 self.local_only += 1
                 return
@@ -198,7 +207,11 @@ class Cluster:
                 return
             if await self._hop(conn, holder):
                 return
-            await self._release(token, holder)  # the holder's side is gone (or the holder is): drop its claim
+            # the holder's side is gone (or the holder is): its claim went with the script; claim again
+
+    async def _restore(self, token: bytes, holder: str) -> None:
+        with contextlib.suppress(*UNAVAILABLE):
+            await self.link.timed(self.link.client.set(self._key(token), holder, nx=True, px=self.ttl_ms))
 
     async def _release(self, token: bytes, holder: str) -> None:
         with contextlib.suppress(*UNAVAILABLE):
@@ -236,6 +249,7 @@ class Cluster:
         if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
             sock.close()
             self.hops_out["refused"] += 1
+            await self._restore(conn.handshake.token, holder)  # its side still waits there
             if conn.phase is Phase.PENDING:
                 server.dispatch(server.relay.protocol_error(conn, server.clock()))
             return True
@@ -329,6 +343,8 @@ class Cluster:
         conn.handle = endpoint
         actions = server.relay.hop_in(conn, handshake, now)
         self.hops_in["paired" if conn.phase is Phase.PAIRED else "no_partner"] += 1
+        if conn.phase is Phase.PAIRED:  # the hopping replica took the claim over: nothing to release here
+            self.claimed.discard(handshake.token)
         server.dispatch(actions)
 
 
