@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import ipaddress
 import logging
 import re
@@ -42,7 +40,7 @@ from prometheus_client.registry import Collector
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
 from burrow.transit_relay import hop_pool
-from burrow.transit_relay.hop_pool import HopPool, PeerLine, hop_seconds_histogram
+from burrow.transit_relay.hop_pool import HopPool, PeerLine, hop_seconds_histogram, signed, verified
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
 from burrow.transit_relay.tcp import TcpEndpoint
@@ -66,20 +64,14 @@ return holder"""
 
 
 def hop_line(secret: bytes, handshake: Handshake, transport: str, ip: str, now: float) -> bytes:
-    body = b"hop %s %s %s %s %d" % (handshake.token, handshake.side or b"-", transport.encode(), ip.encode(),
-                                    int(now * 1000))
-    return body + b" " + hmac.new(secret, body, hashlib.sha256).hexdigest().encode() + b"\n"
+    return signed(secret, b"hop %s %s %s %s %d" % (handshake.token, handshake.side or b"-", transport.encode(),
+                                                   ip.encode(), int(now * 1000)))
 
 
 def parse_hop(secret: bytes, line: bytes, now: float) -> tuple[Handshake, str, str] | None:
     """(handshake, transport, client ip) of a valid, fresh, authentic hop line, else None."""
-    m = _HOP.match(line)
+    m = verified(secret, _HOP, line, now, HOP_MAX_AGE, time_group=5)
     if m is None:
-        return None
-    body = line[:m.start(6) - 1]
-    if not hmac.compare_digest(hmac.new(secret, body, hashlib.sha256).hexdigest().encode(), m.group(6)):
-        return None
-    if abs(now - int(m.group(5)) / 1000) > HOP_MAX_AGE:
         return None
     side = None if m.group(2) == b"-" else m.group(2)
     return Handshake(m.group(1), side), m.group(3).decode(), m.group(4).decode()

@@ -54,22 +54,35 @@ HOP_SECONDS_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
 _WARM = re.compile(rb"^warm (\d{1,16}) (\S{1,200}) ([0-9a-f]{64})$")
 
 
-def warm_line(secret: bytes, address: str, now: float) -> bytes:
-    body = b"warm %d %s" % (int(now * 1000), address.encode())
+def signed(secret: bytes, body: bytes) -> bytes:
+    """`body MAC\n`, MAC = hex HMAC-SHA256 of body under the peer secret (hop and warm lines)."""
     return body + b" " + hmac.new(secret, body, hashlib.sha256).hexdigest().encode() + b"\n"
+
+
+def verified(secret: bytes, pattern: re.Pattern, line: bytes, now: float, max_age: float,
+             time_group: int) -> re.Match | None:
+    """The match of a signed line whose MAC (the last group) is authentic and whose TIME_MS (group
+    `time_group`) is within max_age of now, else None."""
+    m = pattern.match(line)
+    if m is None:
+        return None
+    mac = m.lastindex
+    if not hmac.compare_digest(hmac.new(secret, line[:m.start(mac) - 1], hashlib.sha256).hexdigest().encode(),
+                               m.group(mac)):
+        return None
+    if abs(now - int(m.group(time_group)) / 1000) > max_age:
+        return None
+    return m
+
+
+def warm_line(secret: bytes, address: str, now: float) -> bytes:
+    return signed(secret, b"warm %d %s" % (int(now * 1000), address.encode()))
 
 
 def parse_warm(secret: bytes, line: bytes, now: float) -> str | None:
     """The dialer's advertise address in a valid, fresh, authentic warm line, else None."""
-    m = _WARM.match(line)
-    if m is None:
-        return None
-    body = line[:m.start(3) - 1]
-    if not hmac.compare_digest(hmac.new(secret, body, hashlib.sha256).hexdigest().encode(), m.group(3)):
-        return None
-    if abs(now - int(m.group(1)) / 1000) > WARM_MAX_AGE:
-        return None
-    return m.group(2).decode()
+    m = verified(secret, _WARM, line, now, WARM_MAX_AGE, time_group=1)
+    return None if m is None else m.group(2).decode()
 
 
 def hop_seconds_histogram(registry: CollectorRegistry) -> Histogram:
