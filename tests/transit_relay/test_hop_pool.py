@@ -54,6 +54,8 @@ async def test_hops_after_the_first_travel_on_warm_connections_and_the_pool_stay
         for r in (r0, r1):  # bounded: never more than --peer-pool-size per peer, either end
             assert value(r, "burrow_transit_cluster_pool_idle") <= 2
             assert value(r, "burrow_transit_cluster_pool_parked") <= 2
+        # refilled in the background (waited for, so that a slow machine cannot make the next hop dial)
+        await wait_for(lambda: all(value(r, "burrow_transit_cluster_pool_idle") == 2 for r in (r0, r1)))
     assert hops(r1, "warm") + hops(r0, "warm") == 10 and hops(r1, "fresh") == 1 and hops(r0, "fresh") == 0
     assert value(r0, "burrow_transit_cluster_pool_peers") == value(r1, "burrow_transit_cluster_pool_peers") == 1
     assert value(r0, "burrow_transit_cluster_hops_in_total", result="paired") == 5 + 1
