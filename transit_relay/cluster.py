@@ -39,8 +39,14 @@ from prometheus_client.registry import Collector
 
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
-from burrow.transit_relay import hop_pool
-from burrow.transit_relay.hop_pool import HopPool, PeerLine, hop_seconds_histogram, signed, verified
+from burrow.transit_relay.hop_pool import (
+    HopPool,
+    PeerLine,
+    hop_seconds_histogram,
+    read_available_line,
+    signed,
+    verified,
+)
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
 from burrow.transit_relay.tcp import TcpEndpoint
@@ -306,7 +312,7 @@ class Cluster:
 
     def _warm_hop_in(self, sock: socket.socket) -> None:
         """A parked warm connection has its hop line: handled in this callback when it is whole."""
-        line = hop_pool.read_available_line(sock, MAX_HOP_LINE)
+        line = read_available_line(sock, MAX_HOP_LINE)
         if line is None:
             PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._hop_line, self._lines)
         else:
