@@ -16,7 +16,7 @@ stream are measured in the same run, interleaved round by round so background lo
     machine's CPU-seconds per GB (all processes and the kernel, /proc/stat): once the cores are full, the
     latter bounds throughput;
   - pairing latency (second handshake sent -> its `ok` received; median and 99th percentile of 200
-    sequential pairings);
+    sequential pairings per target, the targets taking turns pairing by pairing);
   - pairings per second (many pairs opened and closed with bounded concurrency) and server CPU per
     1000 pairings (less sensitive to a loaded machine than the rate).
 `--path veth` (root) moves senders and receivers into two network namespaces joined to the host by
@@ -122,7 +122,7 @@ class Front:
 class CrossReplicas:
     """`burrow-redis`: two replicas on one Redis; side a always reaches the first, side b the second."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         self.workdir = tempfile.TemporaryDirectory()
         work = Path(self.workdir.name)
         self.redis = RedisServer(work / "redis", appendfsync="no")
@@ -132,7 +132,7 @@ class CrossReplicas:
             peer = free_port()
             self.replicas.append(start_server("burrow", "--redis-url", self.redis.url, "--peer-port", str(peer),
                                               "--advertise-address", f"{HOST}:{peer}",
-                                              "--peer-secret-file", str(work / "secret")))
+                                              "--peer-secret-file", str(work / "secret"), *extra))
         time.sleep(1.0)  # both replicas reach Redis
         self.port = (self.replicas[0][1], self.replicas[1][1])
 
@@ -162,8 +162,8 @@ def start_server(kind: str, *extra: str) -> tuple[subprocess.Popen, int]:
     if kind == "burrow-haproxy":
         front = Front()
         return front, front.port
-    if kind == "burrow-redis":
-        cross = CrossReplicas()
+    if kind in ("burrow-redis", "burrow-redis-dial"):  # -dial: no warm hop connections, one dial per hop
+        cross = CrossReplicas(*(("--peer-pool-size", "0") if kind == "burrow-redis-dial" else ()))
         return cross, cross.port
     port = free_port()
     if kind == "haproxy":
@@ -316,10 +316,19 @@ async def _pairing(port: int | tuple[int, int], i: int) -> float:
     return latency
 
 
-async def pairing_bench(port: int, proc: list[psutil.Process], sequential: int, total: int,
-                        concurrency: int) -> tuple[float, float, float, float]:
-    """(median latency s, pairings/s, server CPU-seconds per 1000 pairings, 99th percentile latency s)."""
-    lat = [await _pairing(port, 10_000_000 + i) for i in range(sequential)]
+async def latencies(ports: dict, sequential: int) -> dict:
+    """`sequential` pairings on each target, one target after the other in turn, so that background load
+    hits all alike: {target: (median latency s, 99th percentile latency s)}."""
+    lat: dict = {k: [] for k in ports}
+    for i in range(sequential):
+        for k, port in ports.items():
+            lat[k].append(await _pairing(port, 10_000_000 + i))
+    return {k: (statistics.median(v), statistics.quantiles(v, n=100)[98]) for k, v in lat.items()}
+
+
+async def pairing_bench(port: int, proc: list[psutil.Process], total: int,
+                        concurrency: int) -> tuple[float, float]:
+    """(pairings/s, server CPU-seconds per 1000 pairings)."""
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
@@ -330,7 +339,7 @@ async def pairing_bench(port: int, proc: list[psutil.Process], sequential: int, 
     await asyncio.gather(*(one(i) for i in range(total)))
     rate = total / (time.perf_counter() - t0)
     await asyncio.sleep(0.5)  # let the server finish closing (and logging) the last pairs
-    return statistics.median(lat), rate, (cpu_of(proc) - cpu0) * 1000 / total, statistics.quantiles(lat, n=100)[98]
+    return rate, (cpu_of(proc) - cpu0) * 1000 / total
 
 
 def measure(kind: str, servers: dict, fd: int, total_bytes: int, n: int, serial: int) -> tuple[float, float, float]:
@@ -364,10 +373,13 @@ def run_all(kinds: list[str], fd: int, total_bytes: int, counts: list[int], roun
             machine_per_gb = sum(b for _, _, b in got) / (len(got) * total_bytes / 1e9)
             res[k][n] = {"gbps": gbps, "cpu_per_gb": cpu_per_gb if k != "direct" else None,
                          "machine_per_gb": machine_per_gb}
-        for k, (proc, port) in servers.items():
-            if pairings and k != "haproxy":
-                res[k]["latency"], res[k]["rate"], res[k]["pair_cpu"], res[k]["p99"] = asyncio.run(
-                    pairing_bench(port, processes(proc), 200, pairings, 32))
+        paired = {k: port for k, (_proc, port) in servers.items() if k != "haproxy"}
+        if pairings and paired:
+            for k, (median, p99) in asyncio.run(latencies(paired, 200)).items():
+                res[k]["latency"], res[k]["p99"] = median, p99
+            for k in paired:
+                proc, port = servers[k]
+                res[k]["rate"], res[k]["pair_cpu"] = asyncio.run(pairing_bench(port, processes(proc), pairings, 32))
     finally:
         for proc, _port in servers.values():
             proc.terminate()
@@ -394,7 +406,8 @@ def main() -> None:
     ap.add_argument("--no-copy-row", action="store_true", help="skip burrow without splice")
     ap.add_argument("--no-cluster-rows", action="store_true",
                     help="skip burrow-haproxy and burrow-redis (several replicas)")
-    ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments")
+    ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments "
+                    "(also burrow-redis-dial: burrow-redis with --peer-pool-size 0)")
     ap.add_argument("--path", choices=["loopback", "veth"], default="loopback",
                     help="veth: senders and receivers in two network namespaces joined to the host by veth "
                          "pairs (needs root); the relays listen on the host side, the direct stream is routed")
@@ -425,7 +438,7 @@ def report(args) -> None:
             kinds.remove("burrow-haproxy")
             kinds.remove("burrow-redis")
         if args.only:
-            kinds = [k for k in kinds if k in args.only.split(",")]
+            kinds = [k for k in [*kinds, "burrow-redis-dial"] if k in args.only.split(",")]
             print(run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings))
             return
         results = run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings)

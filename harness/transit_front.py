@@ -27,7 +27,9 @@ def chart_config(replicas: int, maxconn: int = 2000) -> str:
     """haproxy.cfg of the chart's transit front end for `replicas` replicas."""
     import helm_python as helm  # the deploy extra
 
-    values = {"transit": {"replicas": replicas, "scaling": "haproxy", "haproxy": {"maxconn": maxconn}}}
+    # expose.mode separate: the chart refuses several HAProxy pods behind the one shared Service
+    values = {"transit": {"replicas": replicas, "scaling": "haproxy", "haproxy": {"maxconn": maxconn}},
+              "expose": {"mode": "separate"}}
     with helm.Chart.load(CHART) as chart:
         out = chart.render(values, name="local", namespace="test", is_install=True)
     text = out["burrow/templates/transit-haproxy.yaml"]

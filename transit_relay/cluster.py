@@ -1,9 +1,10 @@
 """Transit replicas that pair across each other: a token registry in Redis and the replica-to-replica hop.
 
-A side that starts waiting on a replica (the core's `Waiting` action) claims its token in Redis:
-`SET burrow:transit:{TOKEN}:waiting <this replica's advertise address> NX PX <pending timeout>`. If the
-claim is already held by another replica, the partner waits there: this replica dials that replica's
-peer port and sends one hop line,
+A side that starts waiting on a replica (the core's `Waiting` action) claims its token in Redis with one
+script (`_CLAIM`): `burrow:transit:{TOKEN}:waiting` is set to this replica's advertise address (expiring
+with the pending timeout) if free. If another replica holds it, the partner waits there: the script
+takes that claim away (the two sides are about to pair, so the holder has nothing to release later)
+and this replica sends that replica's peer port one hop line,
 
     hop TOKEN SIDE TRANSPORT CLIENT_IP TIME_MS MAC\\n
 
@@ -12,21 +13,24 @@ rest of the line; lines older than HOP_MAX_AGE are refused). The holder treats t
 connection from CLIENT_IP that must pair at once (`Relay.hop_in`): it answers `ok\\n` and relays as for
 any pair, writing the pair's one session line, or `no partner\\n` when its waiting side is gone. On `ok`
 this replica joins its waiting side to the hop (`Relay.hop_out`, a pair that writes no session line) and
-both replicas splice bytes. A hop that fails (`no partner`, refused, unreachable: the holder died) drops
-the stale claim (only if it still names that replica) and claims again, at most CLAIM_ATTEMPTS times;
-after that the side simply waits here. With Redis unreachable every replica pairs on its own.
+both replicas splice bytes. A hop that fails (`no partner`, unreachable: the holder died) claims again
+(the stale claim is gone already), at most CLAIM_ATTEMPTS times; after that the side simply waits here.
+A hop the holder refuses (a limit) puts the holder's claim back. With Redis unreachable every replica
+pairs on its own.
+
+Hop lines normally travel on warm connections opened in advance (hop_pool.py), so a pairing costs one
+Redis round trip and one exchange on an open connection; a hop finding none, or a dead one, dials.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
 import ipaddress
 import logging
 import re
 import socket
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,6 +39,14 @@ from prometheus_client.registry import Collector
 
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+from burrow.transit_relay.hop_pool import (
+    HopPool,
+    PeerLine,
+    hop_seconds_histogram,
+    read_available_line,
+    signed,
+    verified,
+)
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
 from burrow.transit_relay.tcp import TcpEndpoint
@@ -48,23 +60,24 @@ HOP_MAX_AGE = 30.0          # seconds a hop line stays valid (clocks of the repl
 MAX_HOP_LINE = 512
 _HOP = re.compile(rb"^hop (\w{64}) (\w{16}|-) (tcp|websocket) (\S{1,64}) (\d{1,16}) ([0-9a-f]{64})$")
 _RELEASE = """if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"""
+# Claim the token for this replica (ARGV[1]) if free; else return its holder, and when that is another
+# replica take the claim away: this side is about to pair with the holder's, so the holder has nothing
+# to release afterwards (one round trip per side, none after the pair forms).
+_CLAIM = """local holder = redis.call('get', KEYS[1])
+if not holder then redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]) return false end
+if holder ~= ARGV[1] then redis.call('del', KEYS[1]) end
+return holder"""
 
 
 def hop_line(secret: bytes, handshake: Handshake, transport: str, ip: str, now: float) -> bytes:
-    body = b"hop %s %s %s %s %d" % (handshake.token, handshake.side or b"-", transport.encode(), ip.encode(),
-                                    int(now * 1000))
-    return body + b" " + hmac.new(secret, body, hashlib.sha256).hexdigest().encode() + b"\n"
+    return signed(secret, b"hop %s %s %s %s %d" % (handshake.token, handshake.side or b"-", transport.encode(),
+                                                   ip.encode(), int(now * 1000)))
 
 
 def parse_hop(secret: bytes, line: bytes, now: float) -> tuple[Handshake, str, str] | None:
     """(handshake, transport, client ip) of a valid, fresh, authentic hop line, else None."""
-    m = _HOP.match(line)
+    m = verified(secret, _HOP, line, now, HOP_MAX_AGE, time_group=5)
     if m is None:
-        return None
-    body = line[:m.start(6) - 1]
-    if not hmac.compare_digest(hmac.new(secret, body, hashlib.sha256).hexdigest().encode(), m.group(6)):
-        return None
-    if abs(now - int(m.group(5)) / 1000) > HOP_MAX_AGE:
         return None
     side = None if m.group(2) == b"-" else m.group(2)
     return Handshake(m.group(1), side), m.group(3).decode(), m.group(4).decode()
@@ -95,8 +108,12 @@ class Cluster:
         self.claimed: set[bytes] = set()  # tokens whose claim names this replica
         self._lsock: socket.socket | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._lines: set[PeerLine] = set()  # incoming peer connections whose first line is awaited
         self._start: asyncio.Task | None = None
         self.peer_port: int | None = None
+        self.pool: HopPool | None = None  # made in start(), on the running loop
+        self.hop_seconds = hop_seconds_histogram(registry)
+        self._registry = registry
         registry.register(_ClusterCollector(self))
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -108,6 +125,9 @@ class Cluster:
             if cfg.host in ("", "::", "0.0.0.0"):
                 raise ValueError("--redis-url with a wildcard --host needs --advertise-address HOST:PORT")
             self.address = f"{cfg.host}:{self.peer_port}"
+        self.pool = HopPool(self.server.loop, self.secret, cfg.peer_pool_size, self.server.clock,
+                            lambda holder: _resolve(self.server.loop, holder), self._registry)
+        self.pool.address = self.address
         self.server.loop.add_reader(self._lsock.fileno(), self._accept)
         self.link.on_health_change(self._redis_changed)
         self._start = asyncio.create_task(self.link.start(connect_deadline=None))  # serves meanwhile
@@ -117,6 +137,10 @@ class Cluster:
             self.server.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        for waiting in list(self._lines):
+            waiting.close()
+        if self.pool is not None:
+            await self.pool.close()
         if self._tasks:  # let the claims of the sides just closed be released (bounded)
             await asyncio.wait(list(self._tasks), timeout=1.0)
         for task in [*self._tasks, *([self._start] if self._start else [])]:
@@ -166,9 +190,9 @@ class Cluster:
             if not self.link.healthy:
                 self.local_only += 1
                 return
-            try:  # one round trip: claim if free, else learn the holder (SET NX GET, Redis >= 7)
-                holder = await self.link.timed(self.link.client.set(
-                    self._key(token), self.address, nx=True, px=self.ttl_ms, get=True))
+            try:  # one round trip: claim if free, else learn (and take over) the holder's claim
+                holder = await self.link.timed(self.link.client.eval(
+                    _CLAIM, 1, self._key(token), self.address, self.ttl_ms))
             except UNAVAILABLE:
                 self.local_only += 1
                 return
@@ -181,7 +205,11 @@ class Cluster:
                 return
             if await self._hop(conn, holder):
                 return
-            await self._release(token, holder)  # the holder's side is gone (or the holder is): drop its claim
+            # the holder's side is gone (or the holder is): its claim went with the script; claim again
+
+    async def _restore(self, token: bytes, holder: str) -> None:
+        with contextlib.suppress(*UNAVAILABLE):
+            await self.link.timed(self.link.client.set(self._key(token), holder, nx=True, px=self.ttl_ms))
 
     async def _release(self, token: bytes, holder: str) -> None:
         with contextlib.suppress(*UNAVAILABLE):
@@ -190,28 +218,36 @@ class Cluster:
     # -- outgoing hop ---------------------------------------------------------------------------
     async def _hop(self, conn: Conn, holder: str) -> bool:
         """Join `conn` to its partner on `holder`; False if that side (or replica) is not there."""
-        server, loop = self.server, self.server.loop
+        server = self.server
+        started = time.perf_counter()
         line = hop_line(self.secret, conn.handshake, conn.transport, conn.ip, server.clock())
-        try:
-            family, address = await _resolve(loop, holder)
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except (OSError, ValueError):
-            self.hops_out["unreachable"] += 1
-            return False
-        sock.setblocking(False)
-        try:
-            await asyncio.wait_for(loop.sock_connect(sock, address), HOP_CONNECT_TIMEOUT)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_sendall(sock, line)
-            reply = await asyncio.wait_for(_read_line(loop, sock), HOP_REPLY_TIMEOUT)
-        except (TimeoutError, OSError) as exc:
-            log.info("hop to %s failed: %s", holder, exc)
-            sock.close()
-            self.hops_out["unreachable"] += 1
-            return False
+        sock = self.pool.take(holder)
+        if sock is not None:
+            reply = await self._exchange(sock, line)
+            if not reply:  # the warm connection died unnoticed: dial instead
+                self.pool.dropped["stale"] += 1
+                sock.close()
+                sock = None
+        kind = "warm" if sock is not None else "fresh"
+        if sock is None:
+            try:
+                sock = await self._dial(holder)
+                reply = await self._exchange(sock, line)
+            except (TimeoutError, OSError, ValueError) as exc:
+                log.info("hop to %s failed: %s", holder, exc)
+                reply = b""
+            if not reply:
+                if sock is not None:
+                    sock.close()
+                self.hops_out["unreachable"] += 1
+                self.pool.forget(holder)
+                return False
+        self.hop_seconds.labels(kind).observe(time.perf_counter() - started)
+        self.pool.replenish(holder)  # after the exchange, so that refilling never delays it
         if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
             sock.close()
             self.hops_out["refused"] += 1
+            await self._restore(conn.handshake.token, holder)  # its side still waits there
             if conn.phase is Phase.PENDING:
                 server.dispatch(server.relay.protocol_error(conn, server.clock()))
             return True
@@ -231,6 +267,29 @@ class Cluster:
         server.dispatch(actions)
         return True
 
+    async def _dial(self, holder: str) -> socket.socket:
+        family, address = await _resolve(self.server.loop, holder)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            async with asyncio.timeout(HOP_CONNECT_TIMEOUT):  # (no extra task, unlike wait_for)
+                await self.server.loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    async def _exchange(self, sock: socket.socket, line: bytes) -> bytes:
+        """Send the hop line and read the holder's answer; b"" if the connection failed or closed."""
+        loop = self.server.loop
+        try:
+            await loop.sock_sendall(sock, line)
+            async with asyncio.timeout(HOP_REPLY_TIMEOUT):
+                return await _read_line(loop, sock)
+        except (TimeoutError, OSError):
+            return b""
+
     # -- incoming hops ----------------------------------------------------------------------------
     def _accept(self) -> None:
         for _ in range(64):
@@ -243,16 +302,25 @@ class Cluster:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.ensure_future(self._hop_in(sock))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._first_line, self._lines)
 
-    async def _hop_in(self, sock: socket.socket) -> None:
+    def _first_line(self, sock: socket.socket, line: bytes) -> None:
+        if line.startswith(b"warm ") and self.pool is not None:  # a peer's warm connection: park it
+            self.pool.park(sock, line.rstrip(b"\n"), self._warm_hop_in)
+        else:
+            self._hop_line(sock, line)
+
+    def _warm_hop_in(self, sock: socket.socket) -> None:
+        """A parked warm connection has its hop line: handled in this callback when it is whole."""
+        line = read_available_line(sock, MAX_HOP_LINE)
+        if line is None:
+            PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._hop_line, self._lines)
+        else:
+            self._hop_line(sock, line)
+
+    def _hop_line(self, sock: socket.socket, line: bytes) -> None:
+        """An incoming hop's line (b"" if none came): pair it with the side waiting here, or refuse it."""
         server = self.server
-        try:
-            line = await asyncio.wait_for(_read_line(server.loop, sock), HOP_LINE_TIMEOUT)
-        except (TimeoutError, OSError):
-            line = b""
         parsed = parse_hop(self.secret, line.rstrip(b"\n"), server.clock()) if line else None
         if parsed is None:
             self.hops_in["refused"] += 1
@@ -273,6 +341,8 @@ class Cluster:
         conn.handle = endpoint
         actions = server.relay.hop_in(conn, handshake, now)
         self.hops_in["paired" if conn.phase is Phase.PAIRED else "no_partner"] += 1
+        if conn.phase is Phase.PAIRED:  # the hopping replica took the claim over: nothing to release here
+            self.claimed.discard(handshake.token)
         server.dispatch(actions)
 
 

@@ -55,6 +55,8 @@ class TransitConfig:
                                                   "(default: --host and --peer-port when --host is one address)")
     peer_secret_file: str | None = setting(None, "file holding the secret shared by all replicas; hops are "
                                                  "authenticated with it (required with --redis-url)")
+    peer_pool_size: int = setting(8, "warm hop connections kept open to each peer replica (with --redis-url), "
+                                     "so a cross-replica pairing dials nothing; 0 = dial one per hop")
     verbose: bool = setting(False, "debug logging")
 
     def __post_init__(self) -> None:
@@ -65,6 +67,8 @@ class TransitConfig:
             raise ValueError("idle_timeout must be >= 0")
         if self.pipe_size < 4096 or self.buffer_size < 1024:
             raise ValueError("pipe_size must be >= 4096 and buffer_size >= 1024")
+        if self.peer_pool_size < 0:
+            raise ValueError("peer_pool_size must be >= 0")
         if self.redis_url and not self.peer_secret_file:
             raise ValueError("--redis-url needs --peer-secret-file (the replicas' shared hop secret)")
 

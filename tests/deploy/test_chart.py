@@ -287,6 +287,7 @@ def test_transit_replicas_need_the_haproxy_front_end_or_redis():
     assert env["BURROW_TRANSIT_REDIS_URL"] == "redis://redis:6379/0"
     assert env["BURROW_TRANSIT_ADVERTISE_ADDRESS"] == "$(POD_IP):4003"
     assert env["BURROW_TRANSIT_PEER_SECRET_FILE"] == "/etc/burrow/peer/peer-secret"
+    assert env["BURROW_TRANSIT_PEER_POOL_SIZE"] == "8"
     assert {"name": "peer", "containerPort": 4003, "protocol": "TCP"} in container["ports"]
     volumes = {v["name"]: v for v in pod_spec(transit)["volumes"]}
     assert volumes["peer-secret"]["secret"]["secretName"] == "transit-peer"

@@ -6,6 +6,7 @@ import pytest
 
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.server import TransitServer
+from harness.redis import RedisServer
 
 TOKEN = b"0123456789abcdef" * 4
 
@@ -61,3 +62,37 @@ async def connect(srv):
 
 def raw_socket(srv) -> socket.socket:
     return socket.create_connection(("127.0.0.1", srv.port))
+
+
+CLUSTER_SECRET = b"0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = RedisServer(tmp_path / "redis", appendfsync="no")
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+async def cluster(tmp_path, redis):
+    (tmp_path / "secret").write_bytes(CLUSTER_SECRET)
+    replicas: list[TransitServer] = []
+
+    async def make(n: int = 2, **overrides) -> list[TransitServer]:
+        for _ in range(n):
+            i = len(replicas)
+            settings = dict(host="127.0.0.1", port=0, websocket_port=0, admin_port=0, peer_port=0,
+                            redis_url=redis.url, peer_secret_file=str(tmp_path / "secret"),
+                            node_name=f"transit-{i}", event_log=str(tmp_path / f"transit-{i}.jsonl"))
+            settings.update(overrides)
+            server = TransitServer(TransitConfig(**settings))
+            await server.start()
+            replicas.append(server)
+        await wait_for(lambda: all(r.cluster.link.healthy for r in replicas), timeout=10)
+        return replicas
+
+    yield make
+    for server in replicas:
+        if server._ready:
+            await server.stop()

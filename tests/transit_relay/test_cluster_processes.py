@@ -20,7 +20,6 @@ import pytest
 from harness.haproxy import HAProxy
 from harness.ports import free_port, wait_port
 from harness.processes import Process
-from harness.redis import RedisServer
 from harness.wormhole_servers import MailboxProcess, relay_only_transfer
 from tests.transit_relay.conftest import hs, read_events
 
@@ -59,13 +58,6 @@ class Replica:
 
     def happy(self) -> list[dict]:
         return [e for e in read_events(self.events) if e["mood"] == "happy"]
-
-
-@pytest.fixture
-def redis(tmp_path):
-    server = RedisServer(tmp_path / "redis", appendfsync="no")
-    yield server
-    server.kill()
 
 
 @pytest.fixture

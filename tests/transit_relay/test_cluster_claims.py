@@ -1,0 +1,41 @@
+"""The token registry's round trips: a cross-replica pair costs one claim script per side and nothing
+after it forms (transit_relay/cluster.py, `_CLAIM`). Real redis-server, replicas in this process."""
+
+from __future__ import annotations
+
+import asyncio
+
+from burrow.common.redis import key
+from tests.transit_relay.conftest import hs, wait_for
+from tests.transit_relay.test_cluster import TIMEOUT, tcp_side, token
+
+
+def commands(redis) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT (INFO commandstats)."""
+    out = {}
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, fields = line.partition(":")
+            out[name[len("cmdstat_"):]] = int(fields.split(",")[0].split("=")[1])
+    return out
+
+
+async def test_a_cross_replica_pair_leaves_no_claim_and_needs_no_release(cluster, redis):
+    r0, r1 = await cluster(2)
+    redis.cli("CONFIG", "RESETSTAT")
+    for n in range(5):
+        a_r, a_w = await tcp_side(r0, hs(b"a", token(40 + n)))
+        await wait_for(lambda n=n: token(40 + n) in r0.cluster.claimed)
+        b_r, b_w = await tcp_side(r1, hs(b"b", token(40 + n)))
+        assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
+        assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+        # the claim went with the second side's script: a side arriving now waits instead of hopping
+        assert redis.cli("EXISTS", key("transit", token(40 + n).decode(), "waiting")) == "0"
+        a_w.close()
+        b_w.close()
+        await wait_for(lambda: not r0.relay.pairs and not r1.relay.pairs)
+    await asyncio.sleep(0.1)
+    assert not r0.cluster.claimed and not r1.cluster.claimed
+    calls = commands(redis)
+    assert calls.get("eval", 0) == 10  # two claim scripts per pair (one per side), no release
+    assert r0.registry.get_sample_value("burrow_transit_cluster_hops_in_total", {"result": "paired"}) == 5
