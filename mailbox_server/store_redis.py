@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from redis.exceptions import NoScriptError, ResponseError
 
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+from burrow.common.resp import LeanClient, ReplyError, lean_capable
 
 from . import messages as m
 from .channels import StoreHost
@@ -80,6 +81,7 @@ class RedisStore:
         self.limits, self.replica, self.wait, self.expiry = limits, replica, wait, expiry
         self.new_mailbox_id = mailbox_id
         self.link = RedisLink(url, RedisMetrics(registry, SERVICE, replica) if registry is not None else None)
+        self.lean: LeanClient | None = None  # the hot path's connection, for redis:// and unix:// (no Cluster)
         self.lag = Histogram("burrow_mailbox_pubsub_lag_seconds", "from receiving an `add` (on any replica) to "
                              "reading it from Redis pub/sub here", ["replica"], buckets=LAG_BUCKETS,
                              registry=registry).labels(replica) if registry is not None else None
@@ -101,6 +103,8 @@ class RedisStore:
         self.host = host
         self._wake = asyncio.Event()
         await self.link.start()
+        if not self.link.cluster and lean_capable(self.link.url):
+            self.lean = LeanClient(self.link.url)
         self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
         self.link.on_health_change(self._health_changed)
         await self._refresh_stats()
@@ -126,6 +130,8 @@ class RedisStore:
             _, stuck = await asyncio.wait(pending, timeout=CLOSE_WAIT)
             if stuck:
                 log.warning("%d Redis task(s) did not stop within %s s", len(stuck), CLOSE_WAIT)
+        if self.lean is not None:
+            self.lean.close()
         try:
             await asyncio.wait_for(self.link.close(), CLOSE_WAIT)
         except TimeoutError:
@@ -168,6 +174,15 @@ class RedisStore:
                     log.exception("Redis batch failed")
                     self._hold(jobs)
 
+    async def _execute(self, commands: list[tuple]) -> list:
+        """One pipelined round trip; error replies come back as exception values, in their places."""
+        if self.lean is not None:
+            return await self.link.timed(self.lean.execute(commands))
+        pipe = self.link.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return await self.link.timed(pipe.execute(raise_on_error=False))
+
     async def _run(self, jobs: list[Job]) -> None:
         client = self.link.client
         new_apps = {j.req.op.app for j in jobs} - self._known_apps
@@ -175,22 +190,19 @@ class RedisStore:
             if not await self._bus(app).wait_ready():
                 self._hold([j for j in jobs if j.req.op.app == app])
                 jobs = [j for j in jobs if j.req.op.app != app]
-        pipe = client.pipeline(transaction=False)
-        for app in new_apps:
-            pipe.sadd(APPS, app)
-        for j in jobs:
-            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j)))
+        commands = [("SADD", APPS, app) for app in new_apps]
+        commands += [("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j))) for j in jobs]
         try:
-            replies = await self.link.timed(pipe.execute(raise_on_error=False))
+            replies = await self._execute(commands)
         except UNAVAILABLE:
             self._hold(jobs)
             return
         self._known_apps |= new_apps
         again = []
         for j, reply in zip(jobs, replies[len(new_apps):], strict=True):
-            if isinstance(reply, NoScriptError):  # Redis restarted without its script cache
+            if _noscript(reply):  # Redis restarted without its script cache
                 again.append(j)
-            elif isinstance(reply, ResponseError):
+            elif isinstance(reply, (ResponseError, ReplyError)):
                 log.error("mailbox script failed: %s", reply)
                 self.host.answered(j.req, Result(error=m.STORE_UNAVAILABLE, refusal="store"))
             elif isinstance(reply, Exception):
@@ -381,6 +393,10 @@ class RedisStore:
 def _packed(args: list) -> str:
     """The script's arguments as one JSON array (ASCII): one argument for redis-py to encode, not twenty."""
     return json.dumps(args, separators=(",", ":"))
+
+
+def _noscript(reply) -> bool:
+    return isinstance(reply, NoScriptError) or (isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"))
 
 
 def _text(value) -> str:
