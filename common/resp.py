@@ -12,7 +12,12 @@ no Cluster: those keep redis-py).
 - A batch that gets no complete answer within `timeout` seconds closes the connection (the replies left
   on it can no longer be matched) and raises TimeoutError; a lost connection fails every batch in flight
   with ConnectionError. Both are OSErrors, so callers' "Redis unavailable" handling catches them.
-- With `on_reply`, every reply goes to that callback instead (a pub/sub reader: no batches).
+- The connection speaks RESP3 (HELLO 3), so it can subscribe and still run commands: pub/sub messages
+  arrive as pushes for `on_push`, in the order Redis wrote them between the replies. A message published
+  before a script ran is therefore seen before that script's reply, which keeps a mailbox's messages in
+  order whether they come from this replica's own replies or from another replica.
+- `submit(commands, done)` calls `done` synchronously as soon as the batch's last reply is parsed (before
+  any later push); `execute` is the awaitable form.
 
 `LeanClient` wraps one such connection and opens a new one on the next call after a loss; the caller's
 health checks (common/redis.py) decide when to try again, with their back-off.
@@ -23,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -69,16 +74,16 @@ def parse_url(url: str) -> Target:
 
 
 class _Batch:
-    __slots__ = ("future", "left", "replies")
+    __slots__ = ("done", "left", "replies", "sent")
 
-    def __init__(self, future: asyncio.Future, n: int) -> None:
-        self.future, self.left, self.replies = future, n, []
+    def __init__(self, done: Callable[[list[Any] | BaseException], None], n: int, sent: float) -> None:
+        self.done, self.left, self.replies, self.sent = done, n, [], sent
 
 
 class RespConnection(asyncio.Protocol):
-    def __init__(self, on_reply: Callable[[Any], None] | None = None, max_in_flight: int = MAX_IN_FLIGHT,
+    def __init__(self, on_push: Callable[[list[Any]], None] | None = None, max_in_flight: int = MAX_IN_FLIGHT,
                  timeout: float = COMMAND_TIMEOUT) -> None:
-        self.on_reply = on_reply
+        self.on_push = on_push
         self.max_in_flight, self.timeout = max_in_flight, timeout
         self.reader = hiredis.Reader(replyError=ReplyError)
         self.reader.setmaxbuf(MAX_READ_BUFFER)
@@ -89,6 +94,8 @@ class RespConnection(asyncio.Protocol):
         self.lost: asyncio.Future = self.loop.create_future()  # done once the connection is gone
         self._room = asyncio.Event()
         self._room.set()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.subscribed: set[bytes] = set()  # channels this connection subscribed to (kept by the caller)
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,8 +109,9 @@ class RespConnection(asyncio.Protocol):
                 reply = reader.gets()
                 if reply is False:
                     return
-                if self.on_reply is not None:
-                    self.on_reply(reply)
+                if type(reply) is hiredis.PushNotification:  # RESP3 pub/sub: in stream order with replies
+                    if self.on_push is not None:
+                        self.on_push(reply)
                     continue
                 batch = self.batches[0]
                 batch.replies.append(reply)
@@ -111,10 +119,9 @@ class RespConnection(asyncio.Protocol):
                 if not batch.left:
                     self.batches.popleft()
                     self.in_flight -= len(batch.replies)
-                    if not batch.future.done():
-                        batch.future.set_result(batch.replies)
                     if self.in_flight < self.max_in_flight:
                         self._room.set()
+                    batch.done(batch.replies)  # before any later reply or push is looked at
         except (hiredis.ProtocolError, IndexError) as exc:  # garbage, or a reply nobody asked for
             self.close(ConnectionError(f"Redis protocol error: {exc}"))
 
@@ -127,28 +134,64 @@ class RespConnection(asyncio.Protocol):
     def closed(self) -> bool:
         return self.lost.done()
 
+    def has_room(self, n: int) -> bool:
+        return not self.in_flight or self.in_flight + n <= self.max_in_flight
+
+    async def wait_room(self, n: int) -> None:
+        """Wait until `n` more commands fit in flight (at most `timeout` seconds)."""
+        while not self.has_room(n) and not self.closed:
+            self._room.clear()
+            await self._wait(self._room.wait())
+
     def send(self, *args: Any) -> None:
-        """Write one command without waiting for its reply (pub/sub mode)."""
+        """Write one command whose answer is a push (SSUBSCRIBE on a RESP3 connection)."""
         if self.transport is None:
             raise ConnectionError("connection to Redis closed")
         self.transport.write(hiredis.pack_command(args))
 
-    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """Send `commands` in one write; their replies (ReplyError values for error replies), in order."""
+    def submit(self, commands: Sequence[Sequence[Any]], done: Callable[[list[Any] | BaseException], None]) -> None:
+        """Send `commands` in one write; `done(replies)` runs as soon as the last reply is parsed (before
+        anything after it), or `done(exc)` once the connection is lost or the batch timed out. Call after
+        `wait_room`: the bound is checked here and a full connection raises."""
         n = len(commands)
-        if not n:
-            return []
-        while self.in_flight and self.in_flight + n > self.max_in_flight:
-            self._room.clear()
-            await self._wait(self._room.wait())
         if self.transport is None:
             raise ConnectionError("connection to Redis closed")
-        future = self.loop.create_future()
-        self.batches.append(_Batch(future, n))
+        if not self.has_room(n):
+            raise BufferError(f"more than {self.max_in_flight} Redis commands in flight")
+        self.batches.append(_Batch(done, n, self.loop.time()))
         self.in_flight += n
         pack = hiredis.pack_command
         self.transport.write(b"".join([pack(tuple(c)) for c in commands]))
-        return await self._wait(asyncio.shield(future))
+        if self._watchdog is None:
+            self._watchdog = self.loop.call_later(self.timeout, self._check)
+
+    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send `commands`; their replies (ReplyError values for error replies), in order."""
+        if not commands:
+            return []
+        await self.wait_room(len(commands))
+        future = self.loop.create_future()
+
+        def done(result) -> None:
+            if not future.done():
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+        self.submit(commands, done)
+        return await future
+
+    def _check(self) -> None:
+        """The oldest batch must be answered within `timeout`; else the connection is of no more use."""
+        self._watchdog = None
+        if not self.batches:
+            return
+        late = self.loop.time() - self.batches[0].sent
+        if late >= self.timeout:
+            self.close(TimeoutError(f"Redis did not answer within {self.timeout} s"))
+        else:
+            self._watchdog = self.loop.call_later(self.timeout - late, self._check)
 
     async def _wait(self, awaitable) -> Any:
         try:
@@ -164,33 +207,33 @@ class RespConnection(asyncio.Protocol):
         self._fail(exc or ConnectionError("connection to Redis closed"))
 
     def _fail(self, exc: BaseException) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         batches, self.batches = self.batches, deque()
         self.in_flight = 0
         self._room.set()
         for batch in batches:
-            if not batch.future.done():
-                batch.future.set_exception(exc)
-                batch.future.exception()  # retrieved: a shielded batch whose waiter timed out logs nothing
+            batch.done(exc)
         if not self.lost.done():
             self.lost.set_result(exc)
 
 
-async def connect(url: str, on_reply: Callable[[Any], None] | None = None, *,
+async def connect(url: str, on_push: Callable[[list[Any]], None] | None = None, *,
                   max_in_flight: int = MAX_IN_FLIGHT, timeout: float = COMMAND_TIMEOUT) -> RespConnection:
-    """Open a connection to `url`, authenticate and select its database (before `on_reply` takes over)."""
+    """Open a RESP3 connection to `url` (HELLO 3, authenticated) and select its database."""
     target = parse_url(url)
     loop = asyncio.get_running_loop()
-    conn = RespConnection(None, max_in_flight, timeout)
+    conn = RespConnection(on_push, max_in_flight, timeout)
     if target.path:
         opening = loop.create_unix_connection(lambda: conn, target.path)
     else:
         opening = loop.create_connection(lambda: conn, target.host, target.port)
     await asyncio.wait_for(opening, CONNECT_TIMEOUT)
-    setup: list[tuple] = []
+    hello: tuple = ("HELLO", 3)
     if target.password:
-        setup.append(("AUTH", target.username, target.password) if target.username else ("AUTH", target.password))
-    if target.db:
-        setup.append(("SELECT", target.db))
+        hello += ("AUTH", target.username or "default", target.password)
+    setup = [hello] + ([("SELECT", target.db)] if target.db else [])
     try:
         for reply in await conn.execute(setup):
             if isinstance(reply, ReplyError):
@@ -198,35 +241,53 @@ async def connect(url: str, on_reply: Callable[[Any], None] | None = None, *,
     except BaseException:
         conn.close()
         raise
-    conn.on_reply = on_reply
     return conn
 
 
 class LeanClient:
-    """One pipelined connection to `url`, reopened on the first call after it was lost."""
+    """One pipelined RESP3 connection to `url`, reopened on the first use after it was lost.
 
-    def __init__(self, url: str, max_in_flight: int = MAX_IN_FLIGHT, timeout: float = COMMAND_TIMEOUT) -> None:
-        self.url, self.max_in_flight, self.timeout = url, max_in_flight, timeout
+    `on_push` receives pub/sub pushes; `on_connect(conn)` runs on every new connection before anyone
+    else uses it (to subscribe again, for instance).
+    """
+
+    def __init__(self, url: str, on_push: Callable[[list[Any]], None] | None = None,
+                 on_connect: Callable[[RespConnection], Awaitable[None]] | None = None, *,
+                 max_in_flight: int = MAX_IN_FLIGHT, timeout: float = COMMAND_TIMEOUT) -> None:
+        self.url, self.on_push, self.on_connect = url, on_push, on_connect
+        self.max_in_flight, self.timeout = max_in_flight, timeout
         self.conn: RespConnection | None = None
         self._opening: asyncio.Future | None = None
 
-    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def connection(self) -> RespConnection:
         conn = self.conn
         if conn is None or conn.closed:
             conn = await self._open()
-        return await conn.execute(commands)
+        return conn
+
+    async def execute(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        return await (await self.connection()).execute(commands)
 
     async def _open(self) -> RespConnection:
         if self._opening is None:  # callers that find the connection gone share one attempt
-            self._opening = asyncio.ensure_future(connect(self.url, max_in_flight=self.max_in_flight,
-                                                          timeout=self.timeout))
+            self._opening = asyncio.ensure_future(self._connect())
         opening = self._opening
         try:
-            self.conn = await asyncio.shield(opening)
-            return self.conn
+            return await asyncio.shield(opening)
         finally:
             if self._opening is opening and opening.done():
                 self._opening = None
+
+    async def _connect(self) -> RespConnection:
+        conn = await connect(self.url, self.on_push, max_in_flight=self.max_in_flight, timeout=self.timeout)
+        try:
+            if self.on_connect is not None:
+                await self.on_connect(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        return conn
 
     def close(self) -> None:
         if self._opening is not None:

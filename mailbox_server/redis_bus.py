@@ -1,8 +1,5 @@
 """One replica's sharded pub/sub channel for one app, read by a blocking reader (no polling).
 
-For `redis://` and `unix://` outside a Cluster the reader is a lean hiredis connection (common/resp.py)
-whose messages go straight from `data_received` to the store; otherwise redis-py's PubSub.
-
 After losing Redis the reader backs off, resubscribes and asks its owner to re-read the subscribed
 mailboxes (`resync`), so messages published while it was away still reach their subscribers.
 """
@@ -16,7 +13,6 @@ import typing
 
 from redis import asyncio as aioredis
 
-from burrow.common import resp
 from burrow.common.redis import COMMAND_TIMEOUT, UNAVAILABLE, Backoff, RedisLink
 
 log = logging.getLogger("mailbox_server")
@@ -24,7 +20,6 @@ log = logging.getLogger("mailbox_server")
 
 class BusOwner(typing.Protocol):
     link: RedisLink
-    lean: resp.LeanClient | None  # set: read the channel on a lean connection too
 
     def bus_message(self, app: str, data: bytes) -> None: ...
 
@@ -62,23 +57,20 @@ class Bus:
         while True:
             ps = None
             try:
-                if self.store.lean is not None:
-                    await self._read_lean(lost, backoff)  # returns only by raising
-                else:
-                    ps = await self._pubsub()
-                    await ps.ssubscribe(self.channel)
-                    while True:  # the confirmation comes first
-                        msg = await asyncio.wait_for(ps.get_message(timeout=None), COMMAND_TIMEOUT)
-                        if msg is not None and _text(msg["type"]) == "ssubscribe":
-                            break
-                    self.ready.set()
-                    if lost:
-                        await self.store.resync(self.app)
-                    backoff.reset()
-                    while True:
-                        msg = await ps.get_message(timeout=None)
-                        if msg is not None and _text(msg["type"]) == "smessage":
-                            self.store.bus_message(self.app, msg["data"])
+                ps = await self._pubsub()
+                await ps.ssubscribe(self.channel)
+                while True:  # the confirmation comes first
+                    msg = await asyncio.wait_for(ps.get_message(timeout=None), COMMAND_TIMEOUT)
+                    if msg is not None and _text(msg["type"]) == "ssubscribe":
+                        break
+                self.ready.set()
+                if lost:
+                    await self.store.resync(self.app)
+                backoff.reset()
+                while True:
+                    msg = await ps.get_message(timeout=None)
+                    if msg is not None and _text(msg["type"]) == "smessage":
+                        self.store.bus_message(self.app, msg["data"])
             except asyncio.CancelledError:
                 raise
             except (*UNAVAILABLE, TimeoutError) as exc:
@@ -96,34 +88,6 @@ class Bus:
                     self._client = None
             lost = True
             await asyncio.sleep(backoff.next_delay())
-
-    async def _read_lean(self, lost: bool, backoff: Backoff) -> None:
-        """Subscribe on a lean connection, then hand every message over as it is parsed, until the loss."""
-        subscribed = asyncio.get_running_loop().create_future()
-        store, app = self.store, self.app
-
-        def on_reply(reply) -> None:
-            kind = reply[0]
-            if kind == b"smessage":
-                try:
-                    store.bus_message(app, reply[2])
-                except Exception:  # one bad message must not cost the others their connection
-                    log.exception("pub/sub message on %s failed", self.channel)
-            elif kind == b"ssubscribe" and not subscribed.done():
-                subscribed.set_result(None)
-
-        conn = await resp.connect(self.store.link.url, on_reply)
-        try:
-            conn.send("SSUBSCRIBE", self.channel)
-            await asyncio.wait_for(asyncio.shield(subscribed), COMMAND_TIMEOUT)
-            self.ready.set()
-            if lost:
-                await self.store.resync(self.app)
-            backoff.reset()
-            exc = await conn.lost
-            raise exc
-        finally:
-            conn.close()
 
     async def close(self, wait: float = 5.0) -> None:
         """Stop the reader; its cleanup gets `wait` seconds."""

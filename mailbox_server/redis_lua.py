@@ -229,7 +229,7 @@ elseif op == 'add' then
   redis.call('ZADD', P .. 'updated', now, id)
   local payload = 'm' .. n .. ' ' .. #id .. ' ' .. id .. A[X + 1]
   for _, r in ipairs(redis.call('SMEMBERS', P .. 'subs:' .. id)) do
-    redis.call('SPUBLISH', P .. 'bus:' .. r, payload)
+    if r ~= A[X + 4] then redis.call('SPUBLISH', P .. 'bus:' .. r, payload) end  -- that replica delivers it itself
   end
   return remember(result(nil, nil, false, n))  -- a retry after a lost reply must not add it twice
 

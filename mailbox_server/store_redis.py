@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Histogram
 from redis.exceptions import NoScriptError, ResponseError
 
-from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
-from burrow.common.resp import LeanClient, ReplyError, lean_capable
+from burrow.common.redis import COMMAND_TIMEOUT, UNAVAILABLE, Backoff, RedisLink, RedisMetrics, key
+from burrow.common.resp import LeanClient, ReplyError, RespConnection, lean_capable
 
 from . import messages as m
 from .channels import StoreHost
@@ -72,6 +72,7 @@ class Job:
     opid: str
     since: float  # monotonic time of the first attempt
     retry: bool = False  # an earlier attempt may have run: answer from the recorded reply if there is one
+    msg: dict | None = None  # add: the message, delivered here from the script's reply (lean connection)
 
 
 class RedisStore:
@@ -95,6 +96,9 @@ class RedisStore:
         self._known_apps: set[str] = set()
         self._stats: dict[str, tuple[int, int, int]] = {}
         self._tasks: list[asyncio.Task] = []
+        self._channel_app: dict[bytes, str] = {}  # lean: every app channel subscribed so far -> its app
+        self._subscribing: dict[bytes, asyncio.Future] = {}
+        self._resyncing: dict[str, list[bytes]] = {}  # lean: pushes held while the app's mailboxes are re-read
         self._run_id = uuid.uuid4().hex[:10] + "."  # op ids stay unique across restarts of this replica
         self._op_numbers = itertools.count()
 
@@ -104,7 +108,8 @@ class RedisStore:
         self._wake = asyncio.Event()
         await self.link.start()
         if not self.link.cluster and lean_capable(self.link.url):
-            self.lean = LeanClient(self.link.url)
+            self.lean = LeanClient(self.link.url, self._on_push, self._lean_connected)
+            await self.link.timed(self.lean.connection())
         self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
         self.link.on_health_change(self._health_changed)
         await self._refresh_stats()
@@ -113,6 +118,8 @@ class RedisStore:
                        asyncio.create_task(self._every(STATS_INTERVAL, self._refresh_stats)),
                        asyncio.create_task(self._every(touch, self._touch)),
                        asyncio.create_task(self._every(1.0, self._expire))]
+        if self.lean is not None:
+            self._tasks.append(asyncio.create_task(self._keep_lean(), name="mailbox-redis-lean"))
 
     async def close(self) -> None:
         for _ in range(50):  # what was submitted before the drain gets its answer (bounded: 5 s)
@@ -184,22 +191,72 @@ class RedisStore:
         return await self.link.timed(pipe.execute(raise_on_error=False))
 
     async def _run(self, jobs: list[Job]) -> None:
-        client = self.link.client
         new_apps = {j.req.op.app for j in jobs} - self._known_apps
+        if self.lean is not None:
+            again = await self._run_lean(jobs, new_apps)
+        else:
+            again = await self._run_pipeline(jobs, new_apps)
+        if again:
+            self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
+            for j in again:
+                j.retry = True
+            self._queue[:0] = again
+            self._wake.set()
+
+    def _commands(self, jobs: list[Job], new_apps: set[str]) -> list[tuple]:
+        commands = [("SADD", APPS, app) for app in new_apps]
+        commands += [("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j))) for j in jobs]
+        return commands
+
+    async def _run_pipeline(self, jobs: list[Job], new_apps: set[str]) -> list[Job]:
+        """redis-py (TLS, Cluster): messages, this replica's own included, come through the Bus readers."""
         for app in {j.req.op.app for j in jobs if type(j.req.op) is Open}:
             if not await self._bus(app).wait_ready():
                 self._hold([j for j in jobs if j.req.op.app == app])
                 jobs = [j for j in jobs if j.req.op.app != app]
-        commands = [("SADD", APPS, app) for app in new_apps]
-        commands += [("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j))) for j in jobs]
+        pipe = self.link.client.pipeline(transaction=False)
+        for command in self._commands(jobs, new_apps):
+            pipe.execute_command(*command)
         try:
-            replies = await self._execute(commands)
+            replies = await self.link.timed(pipe.execute(raise_on_error=False))
         except UNAVAILABLE:
             self._hold(jobs)
-            return
+            return []
         self._known_apps |= new_apps
+        return self._answer(jobs, replies[len(new_apps):])
+
+    async def _run_lean(self, jobs: list[Job], new_apps: set[str]) -> list[Job]:
+        """One write on the lean connection; the replies are answered the moment they are parsed, so a
+        message this replica added reaches its local subscribers in order with those pushed from others."""
+        finished = asyncio.get_running_loop().create_future()
+
+        def done(replies) -> None:
+            if finished.done():
+                return
+            if isinstance(replies, BaseException):
+                finished.set_exception(replies)
+                return
+            self._known_apps |= new_apps
+            try:
+                finished.set_result(self._answer(jobs, replies[len(new_apps):]))
+            except Exception as exc:
+                finished.set_exception(exc)
+
+        try:
+            conn = await self.link.timed(self.lean.connection())
+            await self.link.timed(self._subscribe(conn, {j.req.op.app for j in jobs if type(j.req.op) is Open}))
+            commands = self._commands(jobs, new_apps)
+            await self.link.timed(conn.wait_room(len(commands)))
+            conn.submit(commands, done)
+            return await self.link.timed(finished)
+        except UNAVAILABLE:
+            self._hold(jobs)
+            return []
+
+    def _answer(self, jobs: list[Job], replies: list) -> list[Job]:
+        """Answer each job from its script's reply; the jobs to run again once the script is loaded."""
         again = []
-        for j, reply in zip(jobs, replies[len(new_apps):], strict=True):
+        for j, reply in zip(jobs, replies, strict=True):
             if _noscript(reply):  # Redis restarted without its script cache
                 again.append(j)
             elif isinstance(reply, (ResponseError, ReplyError)):
@@ -208,13 +265,8 @@ class RedisStore:
             elif isinstance(reply, Exception):
                 self._hold([j])
             else:
-                self.host.answered(j.req, self._result(j.req.op, reply))
-        if again:
-            self._sha = await self.link.timed(client.script_load(SCRIPT))
-            for j in again:
-                j.retry = True
-            self._queue[:0] = again
-            self._wake.set()
+                self.host.answered(j.req, self._result(j.req.op, reply, msg=j.msg))
+        return again
 
     def _args(self, job: Job) -> list:
         op = job.req.op
@@ -236,14 +288,15 @@ class RedisStore:
         elif kind is Open:
             args.append(op.mailbox)
         elif kind is Add:
-            msg = m.message(op.side, op.phase, op.body, op.now, op.msg_id)
-            args += [op.mailbox, json.dumps(msg, separators=(", ", ": ")), len(op.body) + len(op.phase),
-                     len(op.body)]
+            msg = job.msg = m.message(op.side, op.phase, op.body, op.now, op.msg_id)
+            # with the lean connection this replica delivers its own message from the reply: not published here
+            args += [op.mailbox, m.to_json(msg), len(op.body) + len(op.phase),
+                     len(op.body), self.replica if self.lean is not None else ""]
         elif kind is Close:
             args += [op.mailbox, op.mood or "", "1" if op.subscribed else "0"]
         return args
 
-    def _result(self, op, reply: list, app: str = "") -> Result:
+    def _result(self, op, reply: list, app: str = "", msg: dict | None = None) -> Result:
         app = app or op.app
         err, refusal, fatal, reached, value, usage, gone = (_text(x) for x in reply[:7])
         extra = reply[7:]
@@ -258,7 +311,9 @@ class RedisStore:
         elif kind is Open and not err:
             res.replay = [json.loads(x) for x in extra]
         elif kind is Add and not err:
-            res.value = int(value)  # the new message's number; it is delivered through pub/sub
+            res.value = int(value)  # the new message's number
+            if self.lean is not None and msg is not None:  # to subscribers here; other replicas get it pushed
+                res.delivery = Delivery(app, op.mailbox, res.value, msg)
         if usage:
             res.usage = [_usage(app, rec, op.now) for rec in json.loads(usage)]
         if gone:
@@ -326,6 +381,90 @@ class RedisStore:
             for index, raw in enumerate(replies[2 * i + 1]):
                 self.host.delivered(Delivery(app, mb, index, json.loads(raw)))
 
+    # ---- fan-out on the lean connection ----------------------------------------------------------
+    def _on_push(self, push: list) -> None:
+        kind = push[0]
+        if kind == b"smessage":
+            app = self._channel_app.get(push[1])
+            if app is None:
+                return
+            held = self._resyncing.get(app)
+            if held is not None:
+                held.append(push[2])
+                return
+            try:
+                self.bus_message(app, push[2])
+            except Exception:  # one bad message must not cost the others their connection
+                log.exception("pub/sub message for %s failed", app)
+        elif kind == b"ssubscribe":
+            waiter = self._subscribing.pop(push[1], None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def _subscribe(self, conn: RespConnection, apps) -> None:
+        """Subscribe `conn` to this replica's channel of each app (once per connection), confirmed."""
+        waiters = []
+        for app in apps:
+            channel = (app_prefix(app) + "bus:" + self.replica).encode()
+            if channel in conn.subscribed:
+                continue
+            self._channel_app[channel] = app
+            waiter = self._subscribing.get(channel)
+            if waiter is None:
+                waiter = self._subscribing[channel] = asyncio.get_running_loop().create_future()
+                conn.send("SSUBSCRIBE", channel)
+            waiters.append((channel, waiter))
+        if waiters:
+            await asyncio.wait_for(asyncio.gather(*(w for _, w in waiters)), COMMAND_TIMEOUT)
+            conn.subscribed.update(c for c, _ in waiters)
+
+    async def _lean_connected(self, conn: RespConnection) -> None:
+        """A new lean connection: subscribe to every channel again and re-read the mailboxes subscribed
+        here (pushes that arrive meanwhile wait, so numbers reach the core in order)."""
+        self._subscribing.clear()
+        apps = sorted(set(self._channel_app.values()))
+        if not apps:
+            return
+        held: dict[str, list[bytes]] = {app: [] for app in apps}
+        self._resyncing.update(held)
+        try:
+            await self._subscribe(conn, apps)
+            mailboxes = sorted(self.host.active())
+            commands: list[tuple] = []
+            for app, mb in mailboxes:
+                prefix = app_prefix(app)
+                commands += [("EXISTS", prefix + "mb:" + mb), ("LRANGE", prefix + "msgs:" + mb, 0, -1)]
+            replies = await conn.execute(commands)
+            for i, (app, mb) in enumerate(mailboxes):
+                if not replies[2 * i]:
+                    self.host.gone(app, mb)
+                    continue
+                for index, raw in enumerate(replies[2 * i + 1]):
+                    self.host.delivered(Delivery(app, mb, index, json.loads(raw)))
+        finally:
+            for app in apps:
+                self._resyncing.pop(app, None)
+            for app, pushes in held.items():
+                for data in pushes:
+                    self.bus_message(app, data)
+
+    async def _keep_lean(self) -> None:
+        """Reconnect the lean connection after a loss (backing off), so pushes flow even with no requests."""
+        backoff = Backoff()
+        while True:
+            try:
+                conn = await self.link.timed(self.lean.connection())
+                backoff.reset()
+                await conn.lost
+                log.warning("lean Redis connection lost: %s", conn.lost.result())
+            except asyncio.CancelledError:
+                raise
+            except UNAVAILABLE as exc:
+                log.warning("lean Redis connection failed: %s", exc)
+            except Exception:
+                log.exception("lean Redis connection failed")
+            await asyncio.sleep(backoff.next_delay())
+
     # ---- timers ------------------------------------------------------------------------------
     async def _every(self, period: float, fn) -> None:
         while True:
@@ -390,9 +529,12 @@ class RedisStore:
         self.host.answered(job.req, res)
 
 
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _packed(args: list) -> str:
     """The script's arguments as one JSON array (ASCII): one argument for redis-py to encode, not twenty."""
-    return json.dumps(args, separators=(",", ":"))
+    return _compact(args)
 
 
 def _noscript(reply) -> bool:
