@@ -95,6 +95,7 @@ class RedisStore:
         self._buses: dict[str, Bus] = {}
         self._known_apps: set[str] = set()
         self._stats: dict[str, tuple[int, int, int]] = {}
+        self._totals = (0, 0, 0)  # the sums of _stats (read for every request)
         self._tasks: list[asyncio.Task] = []
         self._channel_app: dict[bytes, str] = {}  # lean: every app channel subscribed so far -> its app
         self._subscribing: dict[bytes, asyncio.Future] = {}
@@ -148,8 +149,7 @@ class RedisStore:
         return self.link.healthy
 
     def counts(self) -> tuple[int, int, int]:
-        values = list(self._stats.values())
-        return tuple(sum(v[i] for v in values) for i in range(3))  # type: ignore[return-value]
+        return self._totals
 
     async def flush(self) -> None:
         """Nothing to do: every answer arrives after Redis accepted the change."""
@@ -243,10 +243,15 @@ class RedisStore:
                 finished.set_exception(exc)
 
         try:
-            conn = await self.link.timed(self.lean.connection())
-            await self.link.timed(self._subscribe(conn, {j.req.op.app for j in jobs if type(j.req.op) is Open}))
+            conn = self.lean.conn
+            if conn is None or conn.closed:
+                conn = await self.link.timed(self.lean.connection())
+            opening = {j.req.op.app for j in jobs if type(j.req.op) is Open}
+            if opening:
+                await self.link.timed(self._subscribe(conn, opening))
             commands = self._commands(jobs, new_apps)
-            await self.link.timed(conn.wait_room(len(commands)))
+            if not conn.has_room(len(commands)):
+                await self.link.timed(conn.wait_room(len(commands)))
             conn.submit(commands, done)
             return await self.link.timed(finished)
         except UNAVAILABLE:
@@ -484,13 +489,15 @@ class RedisStore:
         client = self.link.client
         apps = sorted(_text(a) for a in await self.link.timed(client.smembers(APPS)))
         if not apps:
-            self._stats = {}
+            self._stats, self._totals = {}, (0, 0, 0)
             return
         pipe = client.pipeline(transaction=False)
         for app in apps:
             pipe.hmget(app_prefix(app) + "stats", "m", "n", "b")
         rows = await self.link.timed(pipe.execute())
         self._stats = {app: tuple(int(x or 0) for x in row) for app, row in zip(apps, rows, strict=True)}
+        values = list(self._stats.values())
+        self._totals = tuple(sum(v[i] for v in values) for i in range(3))
 
     async def _touch(self) -> None:
         """Keep the mailboxes subscribed here from being pruned by any replica."""
