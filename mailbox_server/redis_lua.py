@@ -17,7 +17,8 @@ ns, s:<side> = claimed|added), mb:<id> (hash: fn, b, ns, np, s:<side> = opened|a
 msgs:<id> (list of message JSON), subs:<id> (set of replicas subscribed), updated (zset of mailbox
 ids by last use), stats (hash: m mailboxes, n nameplates, b body bytes), done:<op id> (a recorded
 reply, 5 minutes). Channel: bus:<replica> (sharded pub/sub): 'm<index> <id length> <id><json>' for a
-new message, 'g<id>' for a deleted mailbox.
+new message (not to the replica named in the add's last argument: it delivers from the reply), 'g<id>'
+for a deleted mailbox.
 """
 
 SCRIPT = r"""

@@ -6,11 +6,15 @@ out are sent together as the next pipeline: one round trip serves every connecti
 and a reply (an ack included) leaves only after Redis ran the script that it depends on.
 
 Fan-out: a replica that opens a mailbox for a connection adds itself to the mailbox's subscriber set in
-the same script, and the script of every `add` publishes the message on each subscribed replica's
-sharded channel `burrow:mailbox:{<app>}:bus:<replica>`. Every replica reads its channel (one blocking
-reader per app, no polling) and hands messages to the core, which gives each subscriber every message
-number once and in order, whichever replica added it. If the reader loses Redis it resubscribes and
-re-reads the subscribed mailboxes, so nothing added meanwhile is missed.
+the same script, and the script of every `add` publishes the message on each other subscribed replica's
+sharded channel `burrow:mailbox:{<app>}:bus:<replica>`; the adding replica hands it to the core from
+the reply. For `redis://` and `unix://` outside a Cluster, scripts and subscriptions share one lean RESP3
+connection (common/resp.py): Redis writes pushes and replies in the order it ran the scripts, and each
+reply is handled as soon as it is parsed, so the core sees a mailbox's messages in number order whichever
+replica added them. After a loss that connection reconnects (backing off), subscribes again and re-reads
+the subscribed mailboxes, holding the pushes meanwhile. With TLS or a Cluster, redis-py runs the scripts
+and a blocking reader per app (redis_bus.py) reads the channels; then the script publishes to every
+subscribed replica, the adding one included, and the core takes each message from pub/sub alone.
 
 Redis unreachable: `healthy()` is False (/readyz fails), requests that start an exchange (`allocate`,
 `claim`, `list`) get the error "mailbox storage unavailable, try again later", the others wait for
