@@ -374,16 +374,17 @@ class RedisStore:
 
     async def resync(self, app: str) -> None:
         """After the reader lost Redis: every subscribed mailbox again (the core skips what it had)."""
-        mailboxes = [mb for a, mb in self.host.active() if a == app]
+        mailboxes = sorted((a, mb) for a, mb in self.host.active() if a == app)
         if not mailboxes:
             return
-        prefix = app_prefix(app)
         pipe = self.link.client.pipeline(transaction=False)
-        for mb in mailboxes:
-            pipe.exists(prefix + "mb:" + mb)
-            pipe.lrange(prefix + "msgs:" + mb, 0, -1)
-        replies = await self.link.timed(pipe.execute())
-        for i, mb in enumerate(mailboxes):
+        for command in _reread(mailboxes):
+            pipe.execute_command(*command)
+        self._redeliver(mailboxes, await self.link.timed(pipe.execute()))
+
+    def _redeliver(self, mailboxes: list[tuple[str, str]], replies: list) -> None:
+        """Hand the core every message of each re-read mailbox (or tell it the mailbox is gone)."""
+        for i, (app, mb) in enumerate(mailboxes):
             if not replies[2 * i]:
                 self.host.gone(app, mb)
                 continue
@@ -439,17 +440,7 @@ class RedisStore:
         try:
             await self._subscribe(conn, apps)
             mailboxes = sorted(self.host.active())
-            commands: list[tuple] = []
-            for app, mb in mailboxes:
-                prefix = app_prefix(app)
-                commands += [("EXISTS", prefix + "mb:" + mb), ("LRANGE", prefix + "msgs:" + mb, 0, -1)]
-            replies = await conn.execute(commands)
-            for i, (app, mb) in enumerate(mailboxes):
-                if not replies[2 * i]:
-                    self.host.gone(app, mb)
-                    continue
-                for index, raw in enumerate(replies[2 * i + 1]):
-                    self.host.delivered(Delivery(app, mb, index, json.loads(raw)))
+            self._redeliver(mailboxes, await conn.execute(_reread(mailboxes)))
         finally:
             for app in apps:
                 self._resyncing.pop(app, None)
@@ -546,6 +537,15 @@ _compact = json.JSONEncoder(separators=(",", ":")).encode
 def _packed(args: list) -> str:
     """The script's arguments as one JSON array (ASCII): one argument for redis-py to encode, not twenty."""
     return _compact(args)
+
+
+def _reread(mailboxes: list[tuple[str, str]]) -> list[tuple]:
+    """Per mailbox: does it exist, and its messages (for `_redeliver`)."""
+    commands: list[tuple] = []
+    for app, mb in mailboxes:
+        prefix = app_prefix(app)
+        commands += [("EXISTS", prefix + "mb:" + mb), ("LRANGE", prefix + "msgs:" + mb, 0, -1)]
+    return commands
 
 
 def _noscript(reply) -> bool:
