@@ -374,3 +374,20 @@ def test_messages_flow_again_after_a_redis_restart_without_a_request(replicas, r
         return before, after
 
     assert asyncio.run(main()) == ([("b", "before")], [("b", "after")])
+
+
+def test_message_of_a_side_that_left_mid_add_reaches_the_other_side(replicas):
+    """The adding side's connection drops while its `add` is out at Redis: the message is stored, and the
+    other side on the same replica still gets it (it comes from the script's reply, not from pub/sub)."""
+    r1, _ = replicas
+
+    async def main():
+        a, mailbox = await _opened(r1.url, "a")
+        b, _ = await _opened(r1.url, "b", mailbox)
+        await a.send(json.dumps({"type": "add", "phase": "last", "body": "00"}))
+        a.transport.close()  # the add, then FIN: gone before the reply can come back
+        got = await _messages(b, 1)
+        await b.close()
+        return got
+
+    assert asyncio.run(main()) == [("a", "last")]
