@@ -216,7 +216,7 @@ def replica_table(res: dict, args: argparse.Namespace) -> str:
         for side, r in res.items():
             r = r[label]
             vs = (f"{r['pairs_s'] / ref['pairs_s']:.1f}x, {r['cpu_ms_pair'] / ref['cpu_ms_pair']:.2f}x"
-                  if ref and side != "reference" else "")
+                  if ref and ref["pairs_s"] and side != "reference" else "")
             rows.append(f"| {label} | {side} | {r['pairs_s']:.0f} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} | "
                         f"{r['cpu_ms_pair']:.2f} | {vs} |")
     return "\n".join(rows) + ("\n\nCPU per pair is summed over every replica and redis-server; 'vs reference' "

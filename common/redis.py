@@ -1,4 +1,7 @@
-"""The one way a service talks to Redis: connect from `--redis-url`, watch health, back off on loss.
+"""How a service talks to Redis: connect from `--redis-url`, watch health, back off on loss.
+
+(Hot paths that would spend more CPU in redis-py than Redis spends running them use the lean pipelined
+connection of common/resp.py beside this link; its health still comes from here.)
 
 URLs: `redis://[user:pass@]host:port/db`, `rediss://...` (TLS; `?ssl_ca_certs=FILE` for a private CA),
 `unix:///path/to/redis.sock?db=0`. A Redis Cluster is recognised by asking the node it is given

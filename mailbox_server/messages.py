@@ -225,6 +225,10 @@ def message(side: str, phase: str, body: str, server_rx: float, msg_id: Any) -> 
             "server_rx": server_rx, "id": msg_id}
 
 
+# One encoder for every frame: json.dumps with options builds a new encoder on each call.
+to_json = json.JSONEncoder(separators=(", ", ": ")).encode
+
+
 def encode(msg: dict[str, Any], server_tx: float) -> bytes:
     msg["server_tx"] = server_tx
-    return json.dumps(msg, separators=(", ", ": ")).encode()
+    return to_json(msg).encode()

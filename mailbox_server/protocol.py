@@ -253,6 +253,8 @@ class MailboxCore:
         if s.closed:
             if type(op) is Open:
                 self._unsubscribe(s, op.mailbox)
+            if result.delivery is not None:  # stored all the same: the other subscribers get it
+                out.extend(self.deliver(result.delivery))
             return out
         out[:0] = pending.prefix
         if result.touched is not None:

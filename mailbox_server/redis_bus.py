@@ -1,5 +1,7 @@
 """One replica's sharded pub/sub channel for one app, read by a blocking reader (no polling).
 
+Used with `rediss://` and Redis Cluster; otherwise the store reads its channels on its lean connection.
+
 After losing Redis the reader backs off, resubscribes and asks its owner to re-read the subscribed
 mailboxes (`resync`), so messages published while it was away still reach their subscribers.
 """

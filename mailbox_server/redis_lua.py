@@ -17,7 +17,8 @@ ns, s:<side> = claimed|added), mb:<id> (hash: fn, b, ns, np, s:<side> = opened|a
 msgs:<id> (list of message JSON), subs:<id> (set of replicas subscribed), updated (zset of mailbox
 ids by last use), stats (hash: m mailboxes, n nameplates, b body bytes), done:<op id> (a recorded
 reply, 5 minutes). Channel: bus:<replica> (sharded pub/sub): 'm<index> <id length> <id><json>' for a
-new message, 'g<id>' for a deleted mailbox.
+new message (not to the replica named in the add's last argument: it delivers from the reply), 'g<id>'
+for a deleted mailbox.
 """
 
 SCRIPT = r"""
@@ -229,7 +230,7 @@ elseif op == 'add' then
   redis.call('ZADD', P .. 'updated', now, id)
   local payload = 'm' .. n .. ' ' .. #id .. ' ' .. id .. A[X + 1]
   for _, r in ipairs(redis.call('SMEMBERS', P .. 'subs:' .. id)) do
-    redis.call('SPUBLISH', P .. 'bus:' .. r, payload)
+    if r ~= A[X + 4] then redis.call('SPUBLISH', P .. 'bus:' .. r, payload) end  -- that replica delivers it itself
   end
   return remember(result(nil, nil, false, n))  -- a retry after a lost reply must not add it twice
 

@@ -6,11 +6,15 @@ out are sent together as the next pipeline: one round trip serves every connecti
 and a reply (an ack included) leaves only after Redis ran the script that it depends on.
 
 Fan-out: a replica that opens a mailbox for a connection adds itself to the mailbox's subscriber set in
-the same script, and the script of every `add` publishes the message on each subscribed replica's
-sharded channel `burrow:mailbox:{<app>}:bus:<replica>`. Every replica reads its channel (one blocking
-reader per app, no polling) and hands messages to the core, which gives each subscriber every message
-number once and in order, whichever replica added it. If the reader loses Redis it resubscribes and
-re-reads the subscribed mailboxes, so nothing added meanwhile is missed.
+the same script, and the script of every `add` publishes the message on each other subscribed replica's
+sharded channel `burrow:mailbox:{<app>}:bus:<replica>`; the adding replica hands it to the core from
+the reply. For `redis://` and `unix://` outside a Cluster, scripts and subscriptions share one lean RESP3
+connection (common/resp.py): Redis writes pushes and replies in the order it ran the scripts, and each
+reply is handled as soon as it is parsed, so the core sees a mailbox's messages in number order whichever
+replica added them. After a loss that connection reconnects (backing off), subscribes again and re-reads
+the subscribed mailboxes, holding the pushes meanwhile. With TLS or a Cluster, redis-py runs the scripts
+and a blocking reader per app (redis_bus.py) reads the channels; then the script publishes to every
+subscribed replica, the adding one included, and the core takes each message from pub/sub alone.
 
 Redis unreachable: `healthy()` is False (/readyz fails), requests that start an exchange (`allocate`,
 `claim`, `list`) get the error "mailbox storage unavailable, try again later", the others wait for
@@ -35,7 +39,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Histogram
 from redis.exceptions import NoScriptError, ResponseError
 
-from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
+from burrow.common.redis import COMMAND_TIMEOUT, UNAVAILABLE, Backoff, RedisLink, RedisMetrics, key
+from burrow.common.resp import LeanClient, ReplyError, RespConnection, lean_capable
 
 from . import messages as m
 from .channels import StoreHost
@@ -71,6 +76,7 @@ class Job:
     opid: str
     since: float  # monotonic time of the first attempt
     retry: bool = False  # an earlier attempt may have run: answer from the recorded reply if there is one
+    msg: dict | None = None  # add: the message, delivered here from the script's reply (lean connection)
 
 
 class RedisStore:
@@ -80,6 +86,7 @@ class RedisStore:
         self.limits, self.replica, self.wait, self.expiry = limits, replica, wait, expiry
         self.new_mailbox_id = mailbox_id
         self.link = RedisLink(url, RedisMetrics(registry, SERVICE, replica) if registry is not None else None)
+        self.lean: LeanClient | None = None  # the hot path's connection, for redis:// and unix:// (no Cluster)
         self.lag = Histogram("burrow_mailbox_pubsub_lag_seconds", "from receiving an `add` (on any replica) to "
                              "reading it from Redis pub/sub here", ["replica"], buckets=LAG_BUCKETS,
                              registry=registry).labels(replica) if registry is not None else None
@@ -92,7 +99,11 @@ class RedisStore:
         self._buses: dict[str, Bus] = {}
         self._known_apps: set[str] = set()
         self._stats: dict[str, tuple[int, int, int]] = {}
+        self._totals = (0, 0, 0)  # the sums of _stats (read for every request)
         self._tasks: list[asyncio.Task] = []
+        self._channel_app: dict[bytes, str] = {}  # lean: every app channel subscribed so far -> its app
+        self._subscribing: dict[bytes, asyncio.Future] = {}
+        self._resyncing: dict[str, list[bytes]] = {}  # lean: pushes held while the app's mailboxes are re-read
         self._run_id = uuid.uuid4().hex[:10] + "."  # op ids stay unique across restarts of this replica
         self._op_numbers = itertools.count()
 
@@ -101,6 +112,9 @@ class RedisStore:
         self.host = host
         self._wake = asyncio.Event()
         await self.link.start()
+        if not self.link.cluster and lean_capable(self.link.url):
+            self.lean = LeanClient(self.link.url, self._on_push, self._lean_connected)
+            await self.link.timed(self.lean.connection())
         self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
         self.link.on_health_change(self._health_changed)
         await self._refresh_stats()
@@ -109,6 +123,8 @@ class RedisStore:
                        asyncio.create_task(self._every(STATS_INTERVAL, self._refresh_stats)),
                        asyncio.create_task(self._every(touch, self._touch)),
                        asyncio.create_task(self._every(1.0, self._expire))]
+        if self.lean is not None:
+            self._tasks.append(asyncio.create_task(self._keep_lean(), name="mailbox-redis-lean"))
 
     async def close(self) -> None:
         for _ in range(50):  # what was submitted before the drain gets its answer (bounded: 5 s)
@@ -126,6 +142,8 @@ class RedisStore:
             _, stuck = await asyncio.wait(pending, timeout=CLOSE_WAIT)
             if stuck:
                 log.warning("%d Redis task(s) did not stop within %s s", len(stuck), CLOSE_WAIT)
+        if self.lean is not None:
+            self.lean.close()
         try:
             await asyncio.wait_for(self.link.close(), CLOSE_WAIT)
         except TimeoutError:
@@ -135,8 +153,7 @@ class RedisStore:
         return self.link.healthy
 
     def counts(self) -> tuple[int, int, int]:
-        values = list(self._stats.values())
-        return tuple(sum(v[i] for v in values) for i in range(3))  # type: ignore[return-value]
+        return self._totals
 
     async def flush(self) -> None:
         """Nothing to do: every answer arrives after Redis accepted the change."""
@@ -168,41 +185,97 @@ class RedisStore:
                     log.exception("Redis batch failed")
                     self._hold(jobs)
 
+    async def _execute(self, commands: list[tuple]) -> list:
+        """One pipelined round trip; error replies come back as exception values, in their places."""
+        if self.lean is not None:
+            return await self.link.timed(self.lean.execute(commands))
+        pipe = self.link.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return await self.link.timed(pipe.execute(raise_on_error=False))
+
     async def _run(self, jobs: list[Job]) -> None:
-        client = self.link.client
         new_apps = {j.req.op.app for j in jobs} - self._known_apps
+        if self.lean is not None:
+            again = await self._run_lean(jobs, new_apps)
+        else:
+            again = await self._run_pipeline(jobs, new_apps)
+        if again:
+            self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
+            for j in again:
+                j.retry = True
+            self._queue[:0] = again
+            self._wake.set()
+
+    def _commands(self, jobs: list[Job], new_apps: set[str]) -> list[tuple]:
+        commands = [("SADD", APPS, app) for app in new_apps]
+        commands += [("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j))) for j in jobs]
+        return commands
+
+    async def _run_pipeline(self, jobs: list[Job], new_apps: set[str]) -> list[Job]:
+        """redis-py (TLS, Cluster): messages, this replica's own included, come through the Bus readers."""
         for app in {j.req.op.app for j in jobs if type(j.req.op) is Open}:
             if not await self._bus(app).wait_ready():
                 self._hold([j for j in jobs if j.req.op.app == app])
                 jobs = [j for j in jobs if j.req.op.app != app]
-        pipe = client.pipeline(transaction=False)
-        for app in new_apps:
-            pipe.sadd(APPS, app)
-        for j in jobs:
-            pipe.execute_command("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j)))
+        pipe = self.link.client.pipeline(transaction=False)
+        for command in self._commands(jobs, new_apps):
+            pipe.execute_command(*command)
         try:
             replies = await self.link.timed(pipe.execute(raise_on_error=False))
         except UNAVAILABLE:
             self._hold(jobs)
-            return
+            return []
         self._known_apps |= new_apps
+        return self._answer(jobs, replies[len(new_apps):])
+
+    async def _run_lean(self, jobs: list[Job], new_apps: set[str]) -> list[Job]:
+        """One write on the lean connection; the replies are answered the moment they are parsed, so a
+        message this replica added reaches its local subscribers in order with those pushed from others."""
+        finished = asyncio.get_running_loop().create_future()
+
+        def done(replies) -> None:
+            if finished.done():
+                return
+            if isinstance(replies, BaseException):
+                finished.set_exception(replies)
+                return
+            self._known_apps |= new_apps
+            try:
+                finished.set_result(self._answer(jobs, replies[len(new_apps):]))
+            except Exception as exc:
+                finished.set_exception(exc)
+
+        try:
+            conn = self.lean.conn
+            if conn is None or conn.closed:
+                conn = await self.link.timed(self.lean.connection())
+            opening = {j.req.op.app for j in jobs if type(j.req.op) is Open}
+            if opening:
+                await self.link.timed(self._subscribe(conn, opening))
+            commands = self._commands(jobs, new_apps)
+            if not conn.has_room(len(commands)):
+                await self.link.timed(conn.wait_room(len(commands)))
+            conn.submit(commands, done)
+            return await self.link.timed(finished)
+        except UNAVAILABLE:
+            self._hold(jobs)
+            return []
+
+    def _answer(self, jobs: list[Job], replies: list) -> list[Job]:
+        """Answer each job from its script's reply; the jobs to run again once the script is loaded."""
         again = []
-        for j, reply in zip(jobs, replies[len(new_apps):], strict=True):
-            if isinstance(reply, NoScriptError):  # Redis restarted without its script cache
+        for j, reply in zip(jobs, replies, strict=True):
+            if _noscript(reply):  # Redis restarted without its script cache
                 again.append(j)
-            elif isinstance(reply, ResponseError):
+            elif isinstance(reply, (ResponseError, ReplyError)):
                 log.error("mailbox script failed: %s", reply)
                 self.host.answered(j.req, Result(error=m.STORE_UNAVAILABLE, refusal="store"))
             elif isinstance(reply, Exception):
                 self._hold([j])
             else:
-                self.host.answered(j.req, self._result(j.req.op, reply))
-        if again:
-            self._sha = await self.link.timed(client.script_load(SCRIPT))
-            for j in again:
-                j.retry = True
-            self._queue[:0] = again
-            self._wake.set()
+                self.host.answered(j.req, self._result(j.req.op, reply, msg=j.msg))
+        return again
 
     def _args(self, job: Job) -> list:
         op = job.req.op
@@ -224,14 +297,15 @@ class RedisStore:
         elif kind is Open:
             args.append(op.mailbox)
         elif kind is Add:
-            msg = m.message(op.side, op.phase, op.body, op.now, op.msg_id)
-            args += [op.mailbox, json.dumps(msg, separators=(", ", ": ")), len(op.body) + len(op.phase),
-                     len(op.body)]
+            msg = job.msg = m.message(op.side, op.phase, op.body, op.now, op.msg_id)
+            # with the lean connection this replica delivers its own message from the reply: not published here
+            args += [op.mailbox, m.to_json(msg), len(op.body) + len(op.phase),
+                     len(op.body), self.replica if self.lean is not None else ""]
         elif kind is Close:
             args += [op.mailbox, op.mood or "", "1" if op.subscribed else "0"]
         return args
 
-    def _result(self, op, reply: list, app: str = "") -> Result:
+    def _result(self, op, reply: list, app: str = "", msg: dict | None = None) -> Result:
         app = app or op.app
         err, refusal, fatal, reached, value, usage, gone = (_text(x) for x in reply[:7])
         extra = reply[7:]
@@ -246,7 +320,9 @@ class RedisStore:
         elif kind is Open and not err:
             res.replay = [json.loads(x) for x in extra]
         elif kind is Add and not err:
-            res.value = int(value)  # the new message's number; it is delivered through pub/sub
+            res.value = int(value)  # the new message's number
+            if self.lean is not None and msg is not None:  # to subscribers here; other replicas get it pushed
+                res.delivery = Delivery(app, op.mailbox, res.value, msg)
         if usage:
             res.usage = [_usage(app, rec, op.now) for rec in json.loads(usage)]
         if gone:
@@ -298,21 +374,96 @@ class RedisStore:
 
     async def resync(self, app: str) -> None:
         """After the reader lost Redis: every subscribed mailbox again (the core skips what it had)."""
-        mailboxes = [mb for a, mb in self.host.active() if a == app]
+        mailboxes = sorted((a, mb) for a, mb in self.host.active() if a == app)
         if not mailboxes:
             return
-        prefix = app_prefix(app)
         pipe = self.link.client.pipeline(transaction=False)
-        for mb in mailboxes:
-            pipe.exists(prefix + "mb:" + mb)
-            pipe.lrange(prefix + "msgs:" + mb, 0, -1)
-        replies = await self.link.timed(pipe.execute())
-        for i, mb in enumerate(mailboxes):
+        for command in _reread(mailboxes):
+            pipe.execute_command(*command)
+        self._redeliver(mailboxes, await self.link.timed(pipe.execute()))
+
+    def _redeliver(self, mailboxes: list[tuple[str, str]], replies: list) -> None:
+        """Hand the core every message of each re-read mailbox (or tell it the mailbox is gone)."""
+        for i, (app, mb) in enumerate(mailboxes):
             if not replies[2 * i]:
                 self.host.gone(app, mb)
                 continue
             for index, raw in enumerate(replies[2 * i + 1]):
                 self.host.delivered(Delivery(app, mb, index, json.loads(raw)))
+
+    # ---- fan-out on the lean connection ----------------------------------------------------------
+    def _on_push(self, push: list) -> None:
+        kind = push[0]
+        if kind == b"smessage":
+            app = self._channel_app.get(push[1])
+            if app is None:
+                return
+            held = self._resyncing.get(app)
+            if held is not None:
+                held.append(push[2])
+                return
+            try:
+                self.bus_message(app, push[2])
+            except Exception:  # one bad message must not cost the others their connection
+                log.exception("pub/sub message for %s failed", app)
+        elif kind == b"ssubscribe":
+            waiter = self._subscribing.pop(push[1], None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def _subscribe(self, conn: RespConnection, apps) -> None:
+        """Subscribe `conn` to this replica's channel of each app (once per connection), confirmed."""
+        waiters = []
+        for app in apps:
+            channel = (app_prefix(app) + "bus:" + self.replica).encode()
+            if channel in conn.subscribed:
+                continue
+            self._channel_app[channel] = app
+            waiter = self._subscribing.get(channel)
+            if waiter is None:
+                waiter = self._subscribing[channel] = asyncio.get_running_loop().create_future()
+                conn.send("SSUBSCRIBE", channel)
+            waiters.append((channel, waiter))
+        if waiters:
+            await asyncio.wait_for(asyncio.gather(*(w for _, w in waiters)), COMMAND_TIMEOUT)
+            conn.subscribed.update(c for c, _ in waiters)
+
+    async def _lean_connected(self, conn: RespConnection) -> None:
+        """A new lean connection: subscribe to every channel again and re-read the mailboxes subscribed
+        here (pushes that arrive meanwhile wait, so numbers reach the core in order)."""
+        self._subscribing.clear()
+        apps = sorted(set(self._channel_app.values()))
+        if not apps:
+            return
+        held: dict[str, list[bytes]] = {app: [] for app in apps}
+        self._resyncing.update(held)
+        try:
+            await self._subscribe(conn, apps)
+            mailboxes = sorted(self.host.active())
+            self._redeliver(mailboxes, await conn.execute(_reread(mailboxes)))
+        finally:
+            for app in apps:
+                self._resyncing.pop(app, None)
+            for app, pushes in held.items():
+                for data in pushes:
+                    self.bus_message(app, data)
+
+    async def _keep_lean(self) -> None:
+        """Reconnect the lean connection after a loss (backing off), so pushes flow even with no requests."""
+        backoff = Backoff()
+        while True:
+            try:
+                conn = await self.link.timed(self.lean.connection())
+                backoff.reset()
+                await conn.lost
+                log.warning("lean Redis connection lost: %s", conn.lost.result())
+            except asyncio.CancelledError:
+                raise
+            except UNAVAILABLE as exc:
+                log.warning("lean Redis connection failed: %s", exc)
+            except Exception:
+                log.exception("lean Redis connection failed")
+            await asyncio.sleep(backoff.next_delay())
 
     # ---- timers ------------------------------------------------------------------------------
     async def _every(self, period: float, fn) -> None:
@@ -333,13 +484,15 @@ class RedisStore:
         client = self.link.client
         apps = sorted(_text(a) for a in await self.link.timed(client.smembers(APPS)))
         if not apps:
-            self._stats = {}
+            self._stats, self._totals = {}, (0, 0, 0)
             return
         pipe = client.pipeline(transaction=False)
         for app in apps:
             pipe.hmget(app_prefix(app) + "stats", "m", "n", "b")
         rows = await self.link.timed(pipe.execute())
         self._stats = {app: tuple(int(x or 0) for x in row) for app, row in zip(apps, rows, strict=True)}
+        values = list(self._stats.values())
+        self._totals = tuple(sum(v[i] for v in values) for i in range(3))
 
     async def _touch(self) -> None:
         """Keep the mailboxes subscribed here from being pruned by any replica."""
@@ -378,9 +531,25 @@ class RedisStore:
         self.host.answered(job.req, res)
 
 
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _packed(args: list) -> str:
     """The script's arguments as one JSON array (ASCII): one argument for redis-py to encode, not twenty."""
-    return json.dumps(args, separators=(",", ":"))
+    return _compact(args)
+
+
+def _reread(mailboxes: list[tuple[str, str]]) -> list[tuple]:
+    """Per mailbox: does it exist, and its messages (for `_redeliver`)."""
+    commands: list[tuple] = []
+    for app, mb in mailboxes:
+        prefix = app_prefix(app)
+        commands += [("EXISTS", prefix + "mb:" + mb), ("LRANGE", prefix + "msgs:" + mb, 0, -1)]
+    return commands
+
+
+def _noscript(reply) -> bool:
+    return isinstance(reply, NoScriptError) or (isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"))
 
 
 def _text(value) -> str:

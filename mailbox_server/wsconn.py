@@ -30,6 +30,7 @@ log = logging.getLogger("mailbox_server")
 HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
 CLOSE_GRACE = 2.0  # seconds to wait for the client's close frame / TCP close after ours
 SERVER_HEADER = "Burrow Mailbox"
+_HEADERS = [bytes((0x81, n)) for n in range(126)]  # FIN + text, unmasked, payloads under 126 bytes
 
 
 def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
@@ -174,11 +175,22 @@ class WSConnection(asyncio.Protocol):
 
     # ---- output ------------------------------------------------------------------------------
     def send_many(self, payloads: list[bytes]) -> None:
-        if self.ws.state is not OPEN:
+        """Text frames, built here: websockets makes a Frame object per message, while a server's frame
+        without extensions (none are negotiated) is a 2-10 byte header and the payload as is."""
+        t = self.transport
+        if self.ws.state is not OPEN or t is None or t.is_closing():
             return
+        frames = self.ws.data_to_send()  # what websockets queued first (a pong), in order
         for p in payloads:
-            self.ws.send_text(p)
-        self.flush_ws()
+            n = len(p)
+            frames.append(_HEADERS[n] if n < 126 else (b"\x81\x7e" + n.to_bytes(2, "big") if n < 65536
+                                                       else b"\x81\x7f" + n.to_bytes(8, "big")))
+            frames.append(p)
+        t.write(b"".join(frames))
+        if t.get_write_buffer_size() > self.host.max_write_buffer:
+            self.host.count_refusal("write_buffer")
+            self.close_reason = "limit"
+            t.abort()
 
     def flush_ws(self) -> None:
         t = self.transport

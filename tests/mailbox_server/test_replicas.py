@@ -303,3 +303,91 @@ def test_replicas_on_a_redis_cluster(tmp_path):
         for r in made:
             r.stop()
         cluster.stop()
+
+
+async def _opened(url: str, side: str, mailbox: str | None = None):
+    """A raw client bound on `url` with the mailbox open (allocating and claiming one if none is given)."""
+    ws = await websockets.connect(url)
+    await ws.recv()  # welcome
+    await ws.send(json.dumps({"type": "bind", "appid": "order", "side": side}))
+    if mailbox is None:
+        await ws.send(json.dumps({"type": "allocate"}))
+        name = (await _next(ws, "allocated"))["nameplate"]
+        await ws.send(json.dumps({"type": "claim", "nameplate": name}))
+        mailbox = (await _next(ws, "claimed"))["mailbox"]
+    await ws.send(json.dumps({"type": "open", "mailbox": mailbox}))
+    return ws, mailbox
+
+
+async def _next(ws, kind: str) -> dict:
+    while True:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 15))
+        if msg["type"] == kind:
+            return msg
+
+
+async def _messages(ws, n: int) -> list[tuple[str, str]]:
+    return [(m["side"], m["phase"]) for m in [await _next(ws, "message") for _ in range(n)]]
+
+
+def test_messages_keep_one_order_with_local_and_remote_adds(replicas):
+    """Both sides add at once, each on its own replica: a replica delivers its own adds from the script's
+    reply and the other side's from pub/sub, and every subscriber still sees every message in one order."""
+    r1, r2 = replicas
+    n = 60
+
+    async def main():
+        a, mailbox = await _opened(r1.url, "a")
+        b, _ = await _opened(r2.url, "b", mailbox)
+        watcher, _ = await _opened(r1.url, "a", mailbox)  # side a again (a reconnected client), never adds
+        for i in range(n):  # no waiting between frames: the adds of both replicas interleave in Redis
+            await a.send(json.dumps({"type": "add", "phase": f"a{i}", "body": "00"}))
+            await b.send(json.dumps({"type": "add", "phase": f"b{i}", "body": "00"}))
+        seen = await asyncio.gather(*(_messages(ws, 2 * n) for ws in (a, b, watcher)))
+        for ws in (a, b, watcher):
+            await ws.close()
+        return seen
+
+    seen_a, seen_b, seen_w = asyncio.run(main())
+    assert len(set(seen_a)) == 2 * n
+    assert seen_a == seen_b == seen_w
+    assert [p for s, p in seen_a if s == "a"] == [f"a{i}" for i in range(n)]
+
+
+def test_messages_flow_again_after_a_redis_restart_without_a_request(replicas, redis):
+    """The replica of a side that only waits reconnects by itself and picks up what was added meanwhile."""
+    r1, r2 = replicas
+
+    async def main():
+        a, mailbox = await _opened(r1.url, "a")
+        b, _ = await _opened(r2.url, "b", mailbox)
+        await b.send(json.dumps({"type": "add", "phase": "before", "body": "00"}))
+        before = await _messages(a, 1)
+        redis.stop()
+        wait_ready(r2, 503)
+        redis.start()
+        wait_ready(r2, 200)
+        await b.send(json.dumps({"type": "add", "phase": "after", "body": "00"}))
+        after = await _messages(a, 1)  # `a` sends nothing: its replica must resubscribe on its own
+        await a.close()
+        await b.close()
+        return before, after
+
+    assert asyncio.run(main()) == ([("b", "before")], [("b", "after")])
+
+
+def test_message_of_a_side_that_left_mid_add_reaches_the_other_side(replicas):
+    """The adding side's connection drops while its `add` is out at Redis: the message is stored, and the
+    other side on the same replica still gets it (it comes from the script's reply, not from pub/sub)."""
+    r1, _ = replicas
+
+    async def main():
+        a, mailbox = await _opened(r1.url, "a")
+        b, _ = await _opened(r1.url, "b", mailbox)
+        await a.send(json.dumps({"type": "add", "phase": "last", "body": "00"}))
+        a.transport.close()  # the add, then FIN: gone before the reply can come back
+        got = await _messages(b, 1)
+        await b.close()
+        return got
+
+    assert asyncio.run(main()) == [("a", "last")]
