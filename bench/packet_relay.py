@@ -437,7 +437,8 @@ def table(r: dict) -> str:
         how = f", --wake-coalesce-us {x['coalesce_us']}" if x.get("coalesce_us") else ""
         out.append(f"| relay CPU per forwarded 1200-byte packet, paced: {x['pairs']} pairs x {x['rate_per_pair']:,}"
                    f" packets/s over TLS{how} | {x['us_per_packet']:.1f} µs ({x['pps']:,.0f} packets/s delivered, "
-                   f"{x['sent']:,} sent in all, relay CPU {x['relay_cpu_pct']:.0f}% of one core; goal <= 9.6 µs) |")
+                   f"{x['sent']:,} sent in all, {x['packets_per_wakeup']:.0f} packets per relay wake-up, relay CPU "
+                   f"{x['relay_cpu_pct']:.0f}% of one core; goal <= 9.6 µs) |")
     for x in r["latency"]:
         load = f"while {x['background_pairs']} pairs send {BACKGROUND_PPS:,} packets/s each" if x["background_pairs"] else "idle"
         if x.get("coalesce_us"):
