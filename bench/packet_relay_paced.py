@@ -3,7 +3,9 @@
 `pairs` DERP senders each send 1200-byte packets to their own receiver at `rate` packets/s (bursts of
 BURST on an absolute schedule, so a late burst does not lower the rate), for `seconds`. The relay's CPU
 (user + system, psutil) over that window divided by the packets delivered is the figure: what one
-forwarded packet costs the relay when it is not busy enough to batch many packets per wake-up.
+forwarded packet costs the relay when it is not busy enough to batch many packets per wake-up. The
+relay's voluntary context switches over the window count its wake-ups: how many packets one carried
+depends on how evenly the load generator keeps its schedule, so the figure is read together with it.
 """
 
 from __future__ import annotations
@@ -50,13 +52,14 @@ async def paced_cpu(connect, burst_to, frame_size: int, relay_pid: int, pairs: i
     proc = psutil.Process(relay_pid)
     sinks = [asyncio.create_task(sink(i)) for i in range(pairs)]
     await asyncio.sleep(0.2)
-    t0, c0 = time.monotonic(), sum(proc.cpu_times()[:2])
+    t0, c0, w0 = time.monotonic(), sum(proc.cpu_times()[:2]), proc.num_ctx_switches().voluntary
     sent = sum(await asyncio.gather(*(send(i) for i in range(pairs))))
     expected = sent * frame_size
     deadline = time.monotonic() + 5  # bounded wait for the last packets
     while sum(received) < expected and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     elapsed, cpu = time.monotonic() - t0, sum(proc.cpu_times()[:2]) - c0
+    wakeups = proc.num_ctx_switches().voluntary - w0  # each time the relay slept in its poll and woke again
     stop.set()
     for t in sinks:
         t.cancel()
@@ -66,4 +69,5 @@ async def paced_cpu(connect, burst_to, frame_size: int, relay_pid: int, pairs: i
     delivered = sum(received) // frame_size
     return {"pairs": pairs, "rate_per_pair": rate, "sent": sent, "delivered": delivered,
             "pps": delivered / elapsed, "relay_cpu_pct": 100.0 * cpu / elapsed,
-            "us_per_packet": cpu / max(delivered, 1) * 1e6}
+            "us_per_packet": cpu / max(delivered, 1) * 1e6, "wakeups": wakeups,
+            "packets_per_wakeup": delivered / max(wakeups, 1)}

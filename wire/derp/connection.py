@@ -62,7 +62,7 @@ class Connected:
 
 class ServerConnection:
     __slots__ = ("server_private", "server_public", "state", "deadline", "decoder", "client_key",
-                 "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "_held", "_error")
+                 "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "_error")
 
     def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
                  max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
@@ -78,7 +78,6 @@ class ServerConnection:
         self.rate = rate
         self.unknown_frames = 0
         self.mesh_extensions = False  # set for a peer relay: burrow's ForwardIroh is decoded, not skipped
-        self._held: tuple[int, bytes] | None = None
         self._error: f.ProtocolError | None = None
 
     def greeting(self) -> bytes:
@@ -136,45 +135,65 @@ class ServerConnection:
         return [ClientHello(frame.key, info)]
 
     def _frames(self, now: float) -> list:
+        """Every complete frame in the buffer. The packet frames are cut straight out of the decoder's
+        buffer (one copy each of key and payload) and built as tuples: this loop runs once per relayed
+        packet. A frame the byte budget cannot pay for stays in the buffer for the next call."""
         events: list = []
-        decoder, rate, send_packet, forward_packet = self.decoder, self.rate, f.SendPacket, f.ForwardPacket
-        while True:
-            raw = self._held or decoder.next_raw()
-            if raw is None:
-                return events
-            self._held = None
-            ftype, payload = raw
-            if rate is not None:
-                cost = max(len(payload), 1)
-                if not rate.take(min(cost, rate.burst), now):
-                    self._held = raw
-                    need = min(cost, rate.burst) - rate.tokens
-                    events.append(Throttled(max(need / rate.rate, 0.001)))
-                    return events
-            if ftype == f.SEND_PACKET:  # the hot path: the decoder already bounded the length
-                if len(payload) < f.KEY_LEN:
-                    raise f.MalformedFrame("SendPacket: shorter than a key")
-                events.append(send_packet(payload[:32], payload[32:]))
-            elif ftype == f.FORWARD_PACKET:  # the mesh's hot path (the decoder bounded the length)
-                if len(payload) < 2 * f.KEY_LEN:
-                    raise f.MalformedFrame("ForwardPacket: shorter than two keys")
-                events.append(forward_packet(payload[:32], payload[32:64], payload[64:]))
-            elif ftype == f.NOTE_PREFERRED:
-                events.append(f.NotePreferred.decode(payload))
-            elif ftype == f.PING:
-                events.append(f.Ping.decode(payload))
-            elif ftype == f.PONG:
-                events.append(f.Pong.decode(payload))
-            elif ftype == f.WATCH_CONNS:
-                events.append(f.WatchConns.decode(payload))
-            elif ftype == f.FORWARD_IROH and self.mesh_extensions:
-                events.append(f.ForwardIroh.decode(payload))
-            elif ftype == f.CLOSE_PEER:
-                events.append(f.ClosePeer.decode(payload))
-            elif ftype == f.CLIENT_INFO:
-                raise f.HandshakeError("ClientInfo sent twice")
-            else:
-                self.unknown_frames += 1  # skipped, as derper does: newer clients may send more
+        append = events.append
+        decoder, rate = self.decoder, self.rate
+        max_len = decoder.max_frame_len
+        new, send_packet, forward_packet = tuple.__new__, f.SendPacket, f.ForwardPacket
+        unpack, hdr, key = f._HEADER.unpack_from, f.FRAME_HEADER_LEN, f.KEY_LEN
+        buf, pos = decoder._buf, decoder._pos
+        n = len(buf)
+        view = memoryview(buf)
+        try:
+            while n - pos >= hdr:
+                ftype, length = unpack(buf, pos)
+                if length > max_len:
+                    raise f.FrameTooLarge(f"frame type {ftype:#x} of {length} bytes exceeds {max_len}")
+                body, end = pos + hdr, pos + hdr + length
+                if end > n:
+                    break
+                if rate is not None:
+                    cost = min(max(length, 1), rate.burst)
+                    if not rate.take(cost, now):
+                        append(Throttled(max((cost - rate.tokens) / rate.rate, 0.001)))
+                        break
+                if ftype == f.SEND_PACKET:  # the hot path
+                    if length < key:
+                        raise f.MalformedFrame("SendPacket: shorter than a key")
+                    append(new(send_packet, (bytes(view[body:body + key]), bytes(view[body + key:end]))))
+                elif ftype == f.FORWARD_PACKET:  # the mesh's hot path
+                    if length < 2 * key:
+                        raise f.MalformedFrame("ForwardPacket: shorter than two keys")
+                    append(new(forward_packet, (bytes(view[body:body + key]), bytes(view[body + key:body + 2 * key]),
+                                                bytes(view[body + 2 * key:end]))))
+                else:
+                    self._control(ftype, bytes(view[body:end]), append)
+                pos = end
+        finally:
+            view.release()
+            decoder.consume_to(pos)
+        return events
+
+    def _control(self, ftype: int, payload: bytes, append) -> None:
+        if ftype == f.NOTE_PREFERRED:
+            append(f.NotePreferred.decode(payload))
+        elif ftype == f.PING:
+            append(f.Ping.decode(payload))
+        elif ftype == f.PONG:
+            append(f.Pong.decode(payload))
+        elif ftype == f.WATCH_CONNS:
+            append(f.WatchConns.decode(payload))
+        elif ftype == f.FORWARD_IROH and self.mesh_extensions:
+            append(f.ForwardIroh.decode(payload))
+        elif ftype == f.CLOSE_PEER:
+            append(f.ClosePeer.decode(payload))
+        elif ftype == f.CLIENT_INFO:
+            raise f.HandshakeError("ClientInfo sent twice")
+        else:
+            self.unknown_frames += 1  # skipped, as derper does: newer clients may send more
 
 
 class ClientConnection:

@@ -1,7 +1,8 @@
 """DERP v2 frames, sans-IO.
 
 in:  bytes in arbitrary chunks (FrameDecoder) or one (type, payload) pair (decode_frame)
-out: frozen dataclasses with encode()/decode()
+out: frozen dataclasses (NamedTuples for the per-packet SendPacket and ForwardPacket) with
+     encode()/decode()
 
 A frame is `type:u8 | len:u32 big-endian | payload[len]`; the length excludes the 5-byte header.
 Layouts follow Tailscale's derp/derp.go, the protocol's definition (frame types and their byte layouts).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import WireError
 
@@ -138,8 +140,9 @@ class ServerInfo:
         return cls(bytes(payload))
 
 
-@dataclass(frozen=True, slots=True)
-class SendPacket:
+class SendPacket(NamedTuple):
+    """A NamedTuple, not a dataclass: one is built per relayed packet, and a tuple is the cheapest."""
+
     dst: bytes
     payload: bytes
 
@@ -232,8 +235,9 @@ class PeerPresent:
         return cls(key, bytes(payload[KEY_LEN:KEY_LEN + 16]), port, flags)
 
 
-@dataclass(frozen=True, slots=True)
-class ForwardPacket:
+class ForwardPacket(NamedTuple):
+    """A NamedTuple like SendPacket: one per packet a peer relay forwards."""
+
     src: bytes
     dst: bytes
     payload: bytes
@@ -402,6 +406,14 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
+    def consume_to(self, pos: int) -> None:
+        """The caller parsed the buffer in place (ServerConnection's hot path) up to `pos`."""
+        if pos >= len(self._buf):
+            self._buf = bytearray()  # drop the capacity too: idle connections stay small
+            self._pos = 0
+        else:
+            self._pos = pos
+
     def next_raw(self) -> tuple[int, bytes] | None:
         buf, pos = self._buf, self._pos
         if len(buf) - pos < FRAME_HEADER_LEN:
@@ -412,7 +424,8 @@ class FrameDecoder:
         end = pos + FRAME_HEADER_LEN + length
         if len(buf) < end:
             return None
-        payload = bytes(buf[pos + FRAME_HEADER_LEN:end])
+        with memoryview(buf) as view:  # one copy (a bytearray slice would be a second)
+            payload = bytes(view[pos + FRAME_HEADER_LEN:end])
         if end == len(buf):
             self._buf = bytearray()  # drop the capacity too: idle connections stay small
             self._pos = 0
