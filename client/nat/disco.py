@@ -85,6 +85,9 @@ class DiscoEndpoint:
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
         self._closed = False
+        # (data, addr) for UDP packets that are not Disco: what else shares the socket (QUIC,
+        # client/dilation/disco_link.py); None drops and counts them
+        self.on_datagram = None
 
     # ---- life cycle
     async def start(self) -> None:
@@ -195,7 +198,10 @@ class DiscoEndpoint:
     # ---- the UDP side
     def _udp_received(self, data: bytes, addr: Endpoint) -> None:
         if not d.looks_like_disco(data):
-            self.stats["udp_not_disco"] += 1
+            if self.on_datagram is not None:
+                self.on_datagram(data, addr)
+            else:
+                self.stats["udp_not_disco"] += 1
             return
         peer = self._peers.get(d.sender_key(data))
         if peer is None:
@@ -221,6 +227,13 @@ class DiscoEndpoint:
         except d.DiscoError as exc:
             self.stats[exc.reason] += 1  # bad_box, malformed, unknown_type
             return None
+
+    def knows(self, addr: Endpoint) -> bool:
+        """Whether `addr` is a candidate path of some peer (it pinged us, or was advertised)."""
+        return any(p.selector.knows(addr) for p in self._peers.values())
+
+    def sendto(self, packet: bytes, addr: Endpoint) -> None:
+        self._sendto(packet, addr)
 
     def _sendto(self, packet: bytes, addr: Endpoint) -> None:
         if self._transport is None:
