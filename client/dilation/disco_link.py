@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 
 log = logging.getLogger(__name__)
@@ -25,14 +26,27 @@ log = logging.getLogger(__name__)
 HINT_TYPE = "derp-disco-v1"
 PUNCH_TIMEOUT = 10.0  # seconds we wait for a direct UDP path after CallMeMaybe
 MAX_CONNECTIONS = 8  # QUIC connections on one socket (one per generation is normal)
+MAX_ENDPOINTS = 16  # endpoints carried in a hint (as in a CallMeMaybe)
 
 
-def make_hint(url: str, derp_key: bytes, disco_key: bytes) -> dict:
-    return {"type": HINT_TYPE, "url": url, "derp-key": derp_key.hex(), "disco-key": disco_key.hex()}
+def make_hint(url: str, derp_key: bytes, disco_key: bytes, endpoints=()) -> dict:
+    return {"type": HINT_TYPE, "url": url, "derp-key": derp_key.hex(), "disco-key": disco_key.hex(),
+            "endpoints": [f"{ip}:{port}" for ip, port in endpoints][:MAX_ENDPOINTS]}
 
 
-def parse_hint(h) -> tuple[str, bytes, bytes] | None:
-    """(url, derp key, disco key) of a well-formed `derp-disco-v1` hint, else None."""
+def _endpoint(text) -> tuple[str, int] | None:
+    if not isinstance(text, str):
+        return None
+    host, _, port = text.rpartition(":")
+    try:
+        ipaddress.IPv4Address(host)
+        return (host, int(port)) if 0 < int(port) < 65536 else None
+    except ValueError:
+        return None
+
+
+def parse_hint(h) -> tuple[str, bytes, bytes, list] | None:
+    """(url, derp key, disco key, endpoints) of a well-formed `derp-disco-v1` hint, else None."""
     if not isinstance(h, dict) or h.get("type") != HINT_TYPE or not isinstance(h.get("url"), str):
         return None
     try:
@@ -41,7 +55,9 @@ def parse_hint(h) -> tuple[str, bytes, bytes] | None:
         return None
     if len(derp_key) != 32 or len(disco_key) != 32:
         return None
-    return h["url"], derp_key, disco_key
+    eps = h.get("endpoints")
+    eps = [e for e in map(_endpoint, eps[:MAX_ENDPOINTS]) if e] if isinstance(eps, list) else []
+    return h["url"], derp_key, disco_key, eps
 
 
 class DiscoLink:
@@ -52,7 +68,6 @@ class DiscoLink:
         self.derp = None
         self.endpoint = None
         self._paths: dict = {}  # addr -> QuicPath
-        self._peers: dict[bytes, object] = {}  # disco key -> DiscoPeer
         self._accept = None  # the Follower's current generation: (addr) -> L2Protocol
         self._quic = None  # the quic_path module, imported only when punching is configured
 
@@ -75,7 +90,8 @@ class DiscoLink:
         self.endpoint.on_datagram = self._datagram
 
     def hint(self) -> dict:
-        return make_hint(self._nat.derp_url, self.derp.public_key, self.endpoint.public_key)
+        return make_hint(self._nat.derp_url, self.derp.public_key, self.endpoint.public_key,
+                         self.endpoint.endpoints())
 
     async def close(self) -> None:
         for p in list(self._paths.values()):
@@ -90,11 +106,12 @@ class DiscoLink:
             del self._paths[path.addr]
 
     # ---- punching
-    async def punch(self, hint: tuple[str, bytes, bytes], timeout: float = PUNCH_TIMEOUT):
-        """CallMeMaybe to the peer and wait for a direct path: its (ip, port), or None."""
-        _url, derp_key, disco_key = hint
-        peer = self._peers.get(disco_key) or self.endpoint.add_peer(derp_key, disco_key)
-        self._peers[disco_key] = peer
+    async def punch(self, hint: tuple[str, bytes, bytes, list], timeout: float = PUNCH_TIMEOUT):
+        """CallMeMaybe to the peer, ping the endpoints of its hint, and wait for a direct path: its (ip, port),
+        or None. The hint's endpoints matter when our CallMeMaybe reaches a peer that has not read our hint
+        yet (it drops Disco from keys it does not know): our pings open our NAT for its answer."""
+        _url, derp_key, disco_key, endpoints = hint
+        peer = self.endpoint.add_peer(derp_key, disco_key, endpoints)
         path = self.endpoint.path(peer)
         if path.kind != "direct":
             await self.endpoint.call(peer)
@@ -125,8 +142,10 @@ class DiscoLink:
     def _datagram(self, data: bytes, addr) -> None:
         path = self._paths.get(addr)
         if path is not None and not path.closed:
-            path.datagram(data)
-            return
+            if not path.is_other_connection(data):
+                path.datagram(data)
+                return
+            path.close()
         stats = self.endpoint.stats
         if self._accept is None or len(self._paths) >= MAX_CONNECTIONS or not self.endpoint.knows(addr):
             stats["quic_refused"] += 1

@@ -139,12 +139,22 @@ class QuicPath:
     def resume_reading(self) -> None:
         self.reading = True
         held, self._held = self._held, []
+        now = self._loop.time()
         for data in held:
-            if self.closed or not self.reading:
-                self._held.extend(held[held.index(data):])
-                break
-            self.quic.receive_datagram(data, self.addr, self._loop.time())
+            self.quic.receive_datagram(data, self.addr, now)
         self._process()
+
+    def is_other_connection(self, data: bytes) -> bool:
+        """A server's view: `data` is a client Initial for another connection (the peer's next generation,
+        while this one was lost without a CONNECTION_CLOSE reaching us)."""
+        if self.quic.configuration.is_client:
+            return False
+        try:
+            header = pull_quic_header(Buffer(data=data), host_cid_length=8)
+        except ValueError:
+            return False
+        ours = {self.quic._original_destination_connection_id, *(c.cid for c in self.quic._host_cids)}
+        return header.packet_type == QuicPacketType.INITIAL and header.destination_cid not in ours
 
     def _process(self) -> None:
         while (ev := self.quic.next_event()) is not None:

@@ -262,8 +262,9 @@ class Connector:
         self._listen_port: int | None = None
         self._mapper: PortMapper | None = None
         self._link: disco_link.DiscoLink | None = None  # UDP punching, when both sides name a DERP relay
-        self._peer_disco: tuple[str, bytes, bytes] | None = None
+        self._peer_disco: tuple[str, bytes, bytes, list] | None = None
         self._quic_tasks: set[asyncio.Task] = set()
+        self._dials: set[asyncio.Task] = set()  # TCP dials not finished yet (hint lookups are in _tasks too)
 
     def _quic_protocol(self, addr) -> L2Protocol | None:
         if self.stopped or self.winner is not None:
@@ -319,11 +320,12 @@ class Connector:
         t = asyncio.get_running_loop().create_task(self._punch(self._link, self._peer_disco))
         self._quic_tasks.add(t)
 
-    async def _punch(self, link: disco_link.DiscoLink, hint: tuple[str, bytes, bytes]) -> None:
-        addr = await link.punch(hint)
-        if addr is None:
-            log.debug("no direct UDP path to the peer")
-        elif self.leader and not self.stopped and self.winner is None:
+    async def _punch(self, link: disco_link.DiscoLink, hint: tuple[str, bytes, bytes, list]) -> None:
+        # until a path answers or the generation ends (stop() cancels us): each round is one CallMeMaybe and
+        # PUNCH_TIMEOUT seconds of pings
+        while (addr := await link.punch(hint)) is None:
+            log.debug("no direct UDP path to the peer yet")
+        if self.leader and not self.stopped and self.winner is None:
             link.connect(addr, self._quic_protocol)
 
     def _external_hints(self, port: int, local: set[str]) -> None:
@@ -366,7 +368,9 @@ class Connector:
         self._dialled.add(key)
         t = asyncio.get_running_loop().create_task(self._connect(host, port, via_relay, delay))
         self._tasks.add(t)
+        self._dials.add(t)
         t.add_done_callback(self._tasks.discard)
+        t.add_done_callback(self._dials.discard)
 
     async def _connect(self, host: str, port: int, via_relay: bool, delay: float) -> None:
         if delay:
@@ -422,7 +426,7 @@ class Connector:
 
     def _tcp_alive(self) -> bool:
         return any(not p.attempt.quic and p.attempt.state != "failed" for p in self.attempts) or any(
-            not t.done() for t in self._tasks)
+            not t.done() for t in self._dials)
 
     def _find(self, attempt: Attempt) -> L2Protocol:
         return next(p for p in self.attempts if p.attempt is attempt)

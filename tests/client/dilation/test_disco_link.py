@@ -85,8 +85,11 @@ async def test_tcp_wins_when_it_connects_and_both_sides_offer_the_disco_hint(wor
 
 
 def test_hint_round_trip_and_malformed_hints_are_ignored():
-    h = make_hint("https://relay.example:8443", b"\1" * 32, b"\2" * 32)
-    assert parse_hint(h) == ("https://relay.example:8443", b"\1" * 32, b"\2" * 32)
+    h = make_hint("https://relay.example:8443", b"\1" * 32, b"\2" * 32, [("192.0.2.7", 41641)])
+    assert parse_hint(h) == ("https://relay.example:8443", b"\1" * 32, b"\2" * 32, [("192.0.2.7", 41641)])
+    odd = {**h, "endpoints": ["192.0.2.7:0", "x:1", 5, "[2001:db8::1]:5", "192.0.2.8:9"]}
+    assert parse_hint(odd)[3] == [("192.0.2.8", 9)]  # bad endpoints are skipped, the hint still counts
+    assert parse_hint({**h, "endpoints": "192.0.2.7:1"})[3] == []
     for bad in ({**h, "derp-key": "zz"}, {**h, "disco-key": "00"}, {**h, "url": 5}, {"type": HINT_TYPE}, "x",
                 {**h, "type": "direct-tcp-v1"}):
         assert parse_hint(bad) is None
