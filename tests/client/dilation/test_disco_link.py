@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -42,13 +43,13 @@ async def dilated_pair(wormhole_servers, server, *, listen: bool, transit: str, 
     return ds, statuses, hints, close
 
 
-async def bulk_both_ways(da, db, size: int) -> None:
-    la, lb = da.listen("blob"), db.listen("blob")
+async def bulk_both_ways(da, db, size: int, name: str = "blob") -> None:
+    la, lb = da.listen(name), db.listen(name)
 
     async def accept_and_sink(listener):
         return await sink_blob(*await listener.accept())
 
-    (r1, w1), (r2, w2) = await asyncio.gather(da.open("blob"), db.open("blob"))
+    (r1, w1), (r2, w2) = await asyncio.gather(da.open(name), db.open(name))
     (mine1, ans1), (mine2, ans2), *_ = await asyncio.wait_for(asyncio.gather(
         send_blob(r1, w1, size), send_blob(r2, w2, size), accept_and_sink(la), accept_and_sink(lb)), 90)
     assert mine1 == ans1 and mine2 == ans2
@@ -67,6 +68,17 @@ async def test_no_tcp_path_dilation_runs_over_quic_on_the_punched_udp_path(wormh
             assert connected_paths(sb)[0].startswith("direct quic:")
             await bulk_both_ways(da, db, 8_000_000)
             assert da.counters["bad_connections"] == db.counters["bad_connections"] == 0
+            # a QUIC Initial from an address that is no Disco candidate is refused and counted
+            link = await db.disco_link()
+            stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            with stranger:
+                stranger.sendto(b"\xc0\x00\x00\x00\x01" + bytes(1195), ("127.0.0.1", link.endpoint.port))
+                for _ in range(100):  # bounded: the datagram crosses loopback
+                    if link.endpoint.stats["quic_refused"]:
+                        break
+                    await asyncio.sleep(0.02)
+            assert link.endpoint.stats["quic_refused"] == 1
+            await bulk_both_ways(da, db, 1_000_000, "again")  # the real connection is unharmed
         finally:
             await close()
 
