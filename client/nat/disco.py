@@ -18,6 +18,8 @@ a ping from an address we did not know makes it a candidate (the peer's NAT mapp
 
 The endpoint owns its DERP client's received packets (`derp.recv`). Disco from a key that was not
 added, packets that do not open, and CallMeMaybe over UDP are dropped and counted in `stats`.
+UDP packets that are not Disco go to `on_datagram(data, addr)` when set (QUIC on the same socket,
+client/dilation/disco_link.py), else they are dropped and counted too.
 """
 
 from __future__ import annotations
