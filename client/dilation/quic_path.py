@@ -131,6 +131,7 @@ class QuicPath:
         self._timer: asyncio.TimerHandle | None = None
         self._transmit_scheduled = False
         self._loop = asyncio.get_running_loop()
+        self.done = asyncio.Event()  # set once the connection is over
 
     def datagram(self, data: bytes) -> None:
         if not self.reading:
@@ -227,6 +228,7 @@ class QuicPath:
             self._timer = None
         first = not self.closed
         self.closed = True
+        self.done.set()
         self.link.forget(self)
         if first and self.protocol is not None:
             self.protocol.connection_lost(None)

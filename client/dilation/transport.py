@@ -29,6 +29,7 @@ from .selection import Attempt, Selected, Selector, Viable, dial_delays
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0  # seconds for one TCP connect
+QUIC_RETRY = 1.0  # seconds before the Leader opens another QUIC connection after one ended unselected
 RECONSIDER_EVERY = 0.5  # seconds between the Leader's looks while a candidate waits for other attempts
 HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
 # bytes queued in the asyncio transport before writers pause (they resume at a quarter of it): room for one
@@ -321,12 +322,20 @@ class Connector:
         self._quic_tasks.add(t)
 
     async def _punch(self, link: disco_link.DiscoLink, hint: tuple[str, bytes, bytes, list]) -> None:
-        # until a path answers or the generation ends (stop() cancels us): each round is one CallMeMaybe and
-        # PUNCH_TIMEOUT seconds of pings
-        while (addr := await link.punch(hint)) is None:
-            log.debug("no direct UDP path to the peer yet")
-        if self.leader and not self.stopped and self.winner is None:
-            link.connect(addr, self._quic_protocol)
+        """Until the generation ends (stop() cancels us): find the path (each round one CallMeMaybe and
+        PUNCH_TIMEOUT seconds of pings); the Leader then opens QUIC on it, and again QUIC_RETRY seconds after
+        a connection that ended unselected (a failed handshake, or a candidate that waited past its timeout)."""
+        while not self.stopped:
+            addr = await link.punch(hint)
+            if addr is None:
+                log.debug("no direct UDP path to the peer yet")
+                continue
+            if not self.leader:
+                return
+            path = link.connect(addr, self._quic_protocol)
+            if path is not None:
+                await path.done.wait()
+            await asyncio.sleep(QUIC_RETRY)
 
     def _external_hints(self, port: int, local: set[str]) -> None:
         """Publish our NAT's address for `port` as extra hints as each lookup answers (client/nat/hints.py)."""
