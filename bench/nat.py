@@ -1,6 +1,7 @@
 """Transfers through the NAT lab (harness/natlab): one JSON object per scenario (root; network namespaces).
 
-    python bench/nat.py [--json] [--size BYTES] [--scenario NAME]... [--transfer dilated|classic]...
+    python bench/nat.py [--json] [--size BYTES] [--scenario NAME]... [--transfer dilated|classic]... [--derp]
+                        [--no-transit]
 
 Each row: {"scenario", "path" ("direct" | "relay"), "time_to_first_byte_s", "time_to_direct_s" (null
 when no direct path), "bytes_ok", "throughput_MBps", "transfer" ("dilated" | "classic"), "phases"}; scenario
@@ -10,6 +11,10 @@ time to the first byte (harness/natlab/services.py Transfer.phases): the sender'
 start-up, imports, mailbox), the key agreed (classic), the first connection, the first byte. The table
 also shows cli_startup_s: `python -m burrow.client.cli --help` in a peer namespace (interpreter and CLI
 import alone), measured once per scenario.
+
+--derp names the lab's burrow-relay as DERP relay on both sides: Dilation then also punches UDP and, when no
+TCP attempt connects, runs over QUIC ("route" starts with "quic:"). --no-transit points both sides at a
+transit relay that is not there. Each row carries "derp" and "transit" so such rows stay apart.
 """
 
 from __future__ import annotations
@@ -33,7 +38,15 @@ def cli_startup(lab: Lab, ns: str) -> float:
     return round(time.monotonic() - t0, 3)
 
 
-def run(name: str, size: int, kinds: list[str]) -> list[dict]:
+DEAD_TRANSIT = "tcp:203.0.113.1:1"  # nothing listens there
+
+
+def run(name: str, size: int, kinds: list[str], derp: bool = False, transit: bool = True) -> list[dict]:
+    extra = ["--stun-port2", str(services.STUN_PORT2)]
+    if derp:  # the lab relay's dev certificate: --insecure (the mailbox is plain ws://)
+        extra += ["--derp-relay", f"https://{services.RELAY_NAME}:{services.RELAY_HTTPS}", "--insecure"]
+    if not transit:
+        extra += ["--transit-helper", DEAD_TRANSIT]
     with Lab() as lab:
         topo = build(lab, name)
         upnp.start(lab, topo)
@@ -42,8 +55,9 @@ def run(name: str, size: int, kinds: list[str]) -> list[dict]:
         rows = []
         for kind in kinds:
             result = services.transfer(lab, topo, servers, "a", "b", size, dilated=kind == "dilated",
-                                       code=f"7-natlab-{kind}", extra=["--stun-port2", str(services.STUN_PORT2)])
-            rows.append({**result.row(), "cli_startup_s": startup})
+                                       code=f"7-natlab-{kind}", extra=extra)
+            rows.append({**result.row(), "route": result.route, "derp": derp, "transit": transit,
+                         "cli_startup_s": startup})
         return rows
 
 
@@ -54,20 +68,23 @@ def main() -> None:
     ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only these (repeatable)")
     ap.add_argument("--transfer", action="append", choices=["dilated", "classic"],
                     help="which transfers per scenario (repeatable; default both)")
+    ap.add_argument("--derp", action="store_true", help="both sides name the lab's DERP relay (default: off)")
+    ap.add_argument("--no-transit", action="store_true", help="no transit relay reachable (default: off)")
     args = ap.parse_args()
     rows = [row for name in args.scenario or SCENARIOS for row in run(name, args.size,
-                                                                     args.transfer or ["dilated", "classic"])]
+                                                                     args.transfer or ["dilated", "classic"],
+                                                                     derp=args.derp, transit=not args.no_transit)]
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     def s(v) -> str:
         return "-" if v is None else f"{v:.2f}"
 
-    print(f"{'scenario':<14}{'transfer':<9}{'path':<8}{'ok':>4}{'MB/s':>7}{'start':>7}{'code':>7}{'key':>7}"
+    print(f"{'scenario':<14}{'transfer':<9}{'path':<8}{'route':<26}{'ok':>4}{'MB/s':>7}{'start':>7}{'code':>7}{'key':>7}"
           f"{'connect':>8}{'1st byte':>9}{'direct':>8}")
     for r in rows:
         ph = r["phases"]
-        print(f"{r['scenario']:<14}{r['transfer']:<9}{r['path'] or '-':<8}{'yes' if r['bytes_ok'] else 'NO':>4}"
+        print(f"{r['scenario']:<14}{r['transfer']:<9}{r['path'] or '-':<8}{(r['route'] or '-')[:25]:<26}{'yes' if r['bytes_ok'] else 'NO':>4}"
               f"{r['throughput_MBps'] or 0:>7.1f}{s(r['cli_startup_s']):>7}{s(ph['code_s']):>7}{s(ph['key_s']):>7}"
               f"{s(ph['connected_s']):>8}{s(r['time_to_first_byte_s']):>9}{s(r['time_to_direct_s']):>8}")
 

@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--no-portmap", action="store_true", default=bool(os.environ.get("BURROW_NO_PORTMAP")),
                         help="do not ask the router for a port mapping (NAT-PMP, UPnP IGD; env BURROW_NO_PORTMAP=1; "
                              "default: off)")
+    common.add_argument("--derp-relay", default=os.environ.get("BURROW_DERP_RELAY"), metavar="URL",
+                        help="DERP packet relay (burrow-relay, https://HOST:PORT) for UDP hole punching between "
+                             "Dilation peers that both name one; --ca-file/--insecure apply to it too (env "
+                             "BURROW_DERP_RELAY; default: none)")
     common.add_argument("--verify", action="store_true",
                         help="show the verifier (sender: ask before sending; default: off)")
     p = ClientParser(prog="burrow", description="Magic-Wormhole compatible file transfer.")
@@ -115,7 +119,8 @@ def nat_options(args: argparse.Namespace):
         return None
     stun = parse_stun_server(args.stun_server) if getattr(args, "stun_server", None) else None
     return NatOptions(stun_server=stun, stun_port2=getattr(args, "stun_port2", 0),
-                      portmap=not getattr(args, "no_portmap", False))
+                      portmap=not getattr(args, "no_portmap", False), derp_url=getattr(args, "derp_relay", None),
+                      derp_ca_file=getattr(args, "ca_file", None), derp_insecure=getattr(args, "insecure", False))
 
 
 def _say(msg: str) -> None:

@@ -33,6 +33,7 @@ from burrow.client.dilation.connection import (
     RecordCodec,
     Stop,
 )
+from burrow.client.dilation.disco_link import DiscoLink, close_quietly
 from burrow.client.dilation.errors import DilationError, ProtocolError
 from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
 from burrow.client.dilation.manager import (
@@ -61,6 +62,7 @@ READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the conne
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
+DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
 # ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
 # otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
 ACK_EVERY_BYTES = 2 * 1024 * 1024
@@ -126,6 +128,7 @@ class Dilation:
         self._listeners: dict[str, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
         self._peer_takes_stop = False  # the peer offered the stop-v1 extension
+        self._disco: asyncio.Task | None = None  # starts our DiscoLink (UDP punching) once, for every generation
         self.counters = {"records_in": 0, "records_out": 0, "resent": 0, "duplicates": 0, "ignored": 0,
                          "acks_out": 0, "connections": 0, "bad_connections": 0}
 
@@ -222,6 +225,25 @@ class Dilation:
         self._tasks.discard(t)
         if not t.cancelled() and t.exception() is not None:
             log.warning("dilation task failed: %r", t.exception())
+
+    async def disco_link(self) -> DiscoLink | None:
+        """Our Disco endpoint when the options name a DERP relay (started at the first call), else None."""
+        url = getattr(self._nat, "derp_url", None)
+        if not url:
+            return None
+        if self._disco is None:
+            self._disco = self._loop.create_task(self._start_disco())
+        try:
+            return await asyncio.shield(self._disco)
+        except Exception as e:
+            log.info("dilation: no UDP punching through %s: %r", url, e)
+            return None
+
+    async def _start_disco(self) -> DiscoLink:
+        link = DiscoLink(self._nat)
+        async with asyncio.timeout(DISCO_START_TIMEOUT):
+            await link.start()
+        return link
 
     # ---------------------------------------------------------------- L2/L3 events
     def on_connection_made(self, connector: Connector, p: L2Protocol) -> None:
@@ -528,6 +550,10 @@ class Dilation:
             await asyncio.wait_for(asyncio.shield(self._stopped), 2.0)
         for t in list(self._tasks):
             t.cancel()
+        if self._disco is not None:
+            self._disco.cancel()
+            if self._disco.done() and not self._disco.cancelled() and self._disco.exception() is None:
+                await close_quietly(self._disco.result())
         if self._ka_timer is not None:
             self._ka_timer.cancel()
         for r in self._readers.values():

@@ -42,9 +42,10 @@ class Selected:
 
 class Attempt:
     def __init__(self, dilation_key: bytes, *, leader: bool, side: str, via_relay: bool, direct: bool,
-                 description: str, codec: RecordCodec, max_frame: int = DEFAULT_MAX_FRAME):
+                 description: str, codec: RecordCodec, max_frame: int = DEFAULT_MAX_FRAME, quic: bool = False):
         self.leader = leader
         self.direct = direct
+        self.quic = quic  # a QUIC stream on a punched UDP path (disco_link.py), not a TCP connection
         self.description = description
         self.codec = codec
         self._side = side
@@ -154,22 +155,29 @@ class Selector:
         self._waiting: list[Attempt] = []
         self.chosen: Attempt | None = None
 
-    def candidate(self, a: Attempt, now: float, direct_alive: bool) -> Attempt | None:
+    def candidate(self, a: Attempt, now: float, direct_alive: bool, tcp_alive: bool = True) -> Attempt | None:
         if self.chosen is not None:
             return None
         self._waiting.append(a)
-        return self.tick(now, direct_alive)
+        return self.tick(now, direct_alive, tcp_alive)
 
-    def tick(self, now: float, direct_alive: bool) -> Attempt | None:
+    def tick(self, now: float, direct_alive: bool, tcp_alive: bool = True) -> Attempt | None:
+        """Direct TCP at once; relayed TCP after the head start (or when no direct TCP is left); QUIC over a
+        punched UDP path only when no TCP attempt is left (TCP moves bytes faster here, docs/dilation.md)."""
         if self.chosen is not None:
             return None
         self._waiting = [a for a in self._waiting if a.state == "viable"]
-        for a in self._waiting:
+        tcp = [a for a in self._waiting if not a.quic]
+        for a in tcp:
             if a.direct:
                 self.chosen = a
                 return a
-        if self._waiting and (not direct_alive or now - self._began >= self.relay_head_start):
-            self.chosen = self._waiting[0]
+        if tcp and (not direct_alive or now - self._began >= self.relay_head_start):
+            self.chosen = tcp[0]
+            return self.chosen
+        quic = [a for a in self._waiting if a.quic]
+        if quic and not tcp_alive:
+            self.chosen = quic[0]
             return self.chosen
         return None
 
@@ -178,3 +186,7 @@ class Selector:
         if self.chosen is None and self._waiting:
             return self._began + self.relay_head_start
         return None
+
+    @property
+    def waiting(self) -> bool:
+        return self.chosen is None and bool(self._waiting)

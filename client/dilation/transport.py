@@ -22,12 +22,15 @@ import socket
 import sys
 
 from ..nat.hints import PortMapper, dial_from, global_v6_addresses, listening_sockets, stun_hint
+from . import disco_link
 from .errors import ProtocolError
 from .selection import Attempt, Selected, Selector, Viable, dial_delays
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 10.0  # seconds for one TCP connect
+QUIC_RETRY = 1.0  # seconds before the Leader opens another QUIC connection after one ended unselected
+RECONSIDER_EVERY = 0.5  # seconds between the Leader's looks while a candidate waits for other attempts
 HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
 # bytes queued in the asyncio transport before writers pause (they resume at a quarter of it): room for one
 # batch of sealed records while the socket drains the last, yet small, as Python 3.11's transport memmoves its
@@ -225,6 +228,8 @@ class L2Protocol(asyncio.BufferedProtocol):
         if self.runtime is not None:
             log.info("dilation connection %s lost: %r", self.attempt.description, exc)
             self.runtime.on_connection_lost(self)
+        elif self.connector.leader:  # one attempt fewer: a waiting candidate may be the choice now
+            self.connector._reconsider()
 
 
 class Connector:
@@ -257,10 +262,20 @@ class Connector:
         self._simopen = simopen  # the peer dials from its listening port too: so do we
         self._listen_port: int | None = None
         self._mapper: PortMapper | None = None
+        self._link: disco_link.DiscoLink | None = None  # UDP punching, when both sides name a DERP relay
+        self._peer_disco: tuple[str, bytes, bytes, list] | None = None
+        self._quic_tasks: set[asyncio.Task] = set()
+        self._dials: set[asyncio.Task] = set()  # TCP dials not finished yet (hint lookups are in _tasks too)
 
-    def _attempt(self, *, via_relay: bool, direct: bool, description: str) -> Attempt:
+    def _quic_protocol(self, addr) -> L2Protocol | None:
+        if self.stopped or self.winner is not None:
+            return None
+        return L2Protocol(self, self._attempt(via_relay=False, direct=False, quic=True,
+                                              description=disco_link.describe(addr)))
+
+    def _attempt(self, *, via_relay: bool, direct: bool, description: str, quic: bool = False) -> Attempt:
         return Attempt(self._key, leader=self.leader, side=self._side, via_relay=via_relay, direct=direct,
-                       description=description, codec=self._codec_factory(), max_frame=self._max_frame)
+                       description=description, codec=self._codec_factory(), max_frame=self._max_frame, quic=quic)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -291,6 +306,36 @@ class Connector:
             self.runtime.send_hints([relay_hint(*self._relay)])
             self._dial(self._relay[0], self._relay[1], via_relay=True,
                        delay=self._relay_delay if self._direct_known else 0.0)
+        link = await self.runtime.disco_link()
+        if link is not None and not self.stopped:
+            self._link = link
+            if not self.leader:
+                link.accept(self._quic_protocol)
+            self.runtime.send_hints([link.hint()])
+            self._maybe_punch()
+
+    def _maybe_punch(self) -> None:
+        """Once we have a Disco endpoint and the peer's hint: punch, and (Leader) open QUIC on the path."""
+        if self._link is None or self._peer_disco is None or self._quic_tasks or self.stopped:
+            return
+        t = asyncio.get_running_loop().create_task(self._punch(self._link, self._peer_disco))
+        self._quic_tasks.add(t)
+
+    async def _punch(self, link: disco_link.DiscoLink, hint: tuple[str, bytes, bytes, list]) -> None:
+        """Until the generation ends (stop() cancels us): find the path (each round one CallMeMaybe and
+        PUNCH_TIMEOUT seconds of pings); the Leader then opens QUIC on it, and again QUIC_RETRY seconds after
+        a connection that ended unselected (a failed handshake, or a candidate that waited past its timeout)."""
+        while not self.stopped:
+            addr = await link.punch(hint)
+            if addr is None:
+                log.debug("no direct UDP path to the peer yet")
+                continue
+            if not self.leader:
+                return
+            path = link.connect(addr, self._quic_protocol)
+            if path is not None:
+                await path.done.wait()
+            await asyncio.sleep(QUIC_RETRY)
 
     def _external_hints(self, port: int, local: set[str]) -> None:
         """Publish our NAT's address for `port` as extra hints as each lookup answers (client/nat/hints.py)."""
@@ -316,6 +361,11 @@ class Connector:
             return
         direct, relays = parse_hints(hints)
         self._direct_known = self._direct_known or bool(direct)
+        for h in hints:
+            peer_disco = disco_link.parse_hint(h)
+            if peer_disco is not None and self._peer_disco is None:
+                self._peer_disco = peer_disco
+                self._maybe_punch()
         for delay, host, port, via_relay in dial_delays(direct, relays, direct_possible=self._direct_known,
                                                         relay_delay=self._relay_delay):
             self._dial(host, port, via_relay=via_relay, delay=delay)
@@ -327,7 +377,9 @@ class Connector:
         self._dialled.add(key)
         t = asyncio.get_running_loop().create_task(self._connect(host, port, via_relay, delay))
         self._tasks.add(t)
+        self._dials.add(t)
         t.add_done_callback(self._tasks.discard)
+        t.add_done_callback(self._dials.discard)
 
     async def _connect(self, host: str, port: int, via_relay: bool, delay: float) -> None:
         if delay:
@@ -362,7 +414,7 @@ class Connector:
         if self.stopped or self._selector is None:
             return
         loop = asyncio.get_running_loop()
-        chosen = self._selector.candidate(p.attempt, loop.time(), self._direct_alive())
+        chosen = self._selector.candidate(p.attempt, loop.time(), self._direct_alive(), self._tcp_alive())
         if chosen is not None:
             self._win(self._find(chosen))
             return
@@ -374,9 +426,16 @@ class Connector:
         self._select_timer = None
         if self.stopped or self._selector is None or self.winner is not None:
             return
-        chosen = self._selector.tick(asyncio.get_running_loop().time(), self._direct_alive())
+        loop = asyncio.get_running_loop()
+        chosen = self._selector.tick(loop.time(), self._direct_alive(), self._tcp_alive())
         if chosen is not None:
             self._win(self._find(chosen))
+        elif self._selector.waiting and self._select_timer is None:  # a QUIC candidate waits for TCP to end
+            self._select_timer = loop.call_later(RECONSIDER_EVERY, self._reconsider)
+
+    def _tcp_alive(self) -> bool:
+        return any(not p.attempt.quic and p.attempt.state != "failed" for p in self.attempts) or any(
+            not t.done() for t in self._dials)
 
     def _find(self, attempt: Attempt) -> L2Protocol:
         return next(p for p in self.attempts if p.attempt is attempt)
@@ -404,8 +463,10 @@ class Connector:
         for s in self._servers:
             s.close()
         self._servers.clear()
-        for t in list(self._tasks):
+        for t in [*self._tasks, *self._quic_tasks]:
             t.cancel()
+        if self._link is not None and not self.leader:
+            self._link.accept(None)
         for p in list(self.attempts):
             if p is not keep:
                 p.drop()

@@ -18,6 +18,8 @@ a ping from an address we did not know makes it a candidate (the peer's NAT mapp
 
 The endpoint owns its DERP client's received packets (`derp.recv`). Disco from a key that was not
 added, packets that do not open, and CallMeMaybe over UDP are dropped and counted in `stats`.
+UDP packets that are not Disco go to `on_datagram(data, addr)` when set (QUIC on the same socket,
+client/dilation/disco_link.py), else they are dropped and counted too.
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ class DiscoEndpoint:
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
         self._closed = False
+        # (data, addr) for UDP packets that are not Disco: what else shares the socket (QUIC,
+        # client/dilation/disco_link.py); None drops and counts them
+        self.on_datagram = None
 
     # ---- life cycle
     async def start(self) -> None:
@@ -195,7 +200,10 @@ class DiscoEndpoint:
     # ---- the UDP side
     def _udp_received(self, data: bytes, addr: Endpoint) -> None:
         if not d.looks_like_disco(data):
-            self.stats["udp_not_disco"] += 1
+            if self.on_datagram is not None:
+                self.on_datagram(data, addr)
+            else:
+                self.stats["udp_not_disco"] += 1
             return
         peer = self._peers.get(d.sender_key(data))
         if peer is None:
@@ -221,6 +229,13 @@ class DiscoEndpoint:
         except d.DiscoError as exc:
             self.stats[exc.reason] += 1  # bad_box, malformed, unknown_type
             return None
+
+    def knows(self, addr: Endpoint) -> bool:
+        """Whether `addr` is a candidate path of some peer (it pinged us, or was advertised)."""
+        return any(p.selector.knows(addr) for p in self._peers.values())
+
+    def sendto(self, packet: bytes, addr: Endpoint) -> None:
+        self._sendto(packet, addr)
 
     def _sendto(self, packet: bytes, addr: Endpoint) -> None:
         if self._transport is None:

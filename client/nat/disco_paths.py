@@ -63,6 +63,9 @@ class PathSelector:
         self._best: _Candidate | None = None
         self.stats = {"pings": 0, "pongs": 0, "stray_pongs": 0, "lost_pings": 0, "dropped_candidates": 0}
 
+    def knows(self, endpoint: Endpoint) -> bool:
+        return endpoint in self._candidates
+
     # ---- inputs
     def add_candidates(self, endpoints: Iterable[Endpoint], now: float) -> None:
         """The peer's endpoints (its hints, a CallMeMaybe); punching (re)starts."""

@@ -98,11 +98,16 @@ class PortMapper:
 
 @dataclass(frozen=True)
 class NatOptions:
-    """How a client finds direct paths through NATs (CLI: --stun-server, --stun-port2, --no-portmap)."""
+    """How a client finds direct paths through NATs (CLI: --stun-server, --stun-port2, --no-portmap,
+    --derp-relay)."""
     stun_server: tuple[str, int] | None = None
     stun_port2: int = 0
     portmap: bool = True
     upnp: bool = True
+    # a DERP packet relay (burrow-relay): Dilation then also offers UDP hole punching (docs/nat.md)
+    derp_url: str | None = None
+    derp_ca_file: str | None = None
+    derp_insecure: bool = False
 
 
 SIMOPEN_WINDOW = 5.0  # seconds we keep re-dialling a peer's hint from our listening port

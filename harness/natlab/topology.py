@@ -15,6 +15,8 @@ routes the LAN's /64 without NAT behind the same stateful rule. What differs is 
   symmetric  MASQUERADE --random-fully: a random port per connection (endpoint-dependent mapping)
   upnp       eim plus miniupnpd (UPnP IGD + NAT-PMP/PCP on the LAN) adding DNAT port forwards
   no-udp     eim for TCP, every UDP packet from the LAN dropped (a firewall that allows only TCP)
+  tcp-servers eim for UDP; TCP from the LAN only to the lab's servers (a firewall that lets TCP out to
+             known services only): no direct TCP between peers, not even by simultaneous open
 
 Scenarios (`SCENARIOS`) name which NAT each peer sits behind; stage 2 adds its own to the same dict.
 Addresses are documentation ranges (RFC 5737, RFC 3849); they exist only inside these namespaces.
@@ -36,6 +38,7 @@ class Nat:
     kind: str
     random_ports: bool = False  # MASQUERADE --random-fully
     block_udp: bool = False
+    tcp_to_servers_only: bool = False
     upnp: bool = False
     backend: str = "nft"  # iptables-nft, or iptables-legacy where miniupnpd's libiptc needs it
 
@@ -45,6 +48,7 @@ NATS = {
     "symmetric": Nat("symmetric", random_ports=True),
     "upnp": Nat("upnp", upnp=True, backend="legacy"),
     "no-udp": Nat("no-udp", block_udp=True),
+    "tcp-servers": Nat("tcp-servers", tcp_to_servers_only=True),
 }
 
 
@@ -68,6 +72,9 @@ SCENARIOS = {s.name: s for s in [
              about="a maps its port with UPnP/NAT-PMP; b behind a symmetric NAT dials it"),
     Scenario("no-udp", {"a": "no-udp", "b": "eim"},
              about="a's network drops UDP, so it cannot learn its address by STUN"),
+    Scenario("udp-punch", {"a": "tcp-servers", "b": "tcp-servers"},
+             about="TCP between the peers is blocked, UDP mappings are endpoint-independent: only a punched "
+                   "UDP path is direct"),
     Scenario("hairpin", {"a": "eim", "b": "eim"}, share=("a", "b"),
              about="two peers behind one NAT"),
     Scenario("symmetric-v6", {"a": "symmetric", "b": "symmetric"}, ipv6=True,
@@ -121,6 +128,8 @@ def _iptables_rules(nat: Nat) -> tuple[str, str]:
     upnp_fwd = ":MINIUPNPD - [0:0]\n" if nat.upnp else ""
     upnp_jump = "-A FORWARD -i wan -o lan -j MINIUPNPD\n" if nat.upnp else ""
     no_udp = "-A FORWARD -i lan -p udp -j DROP\n" if nat.block_udp else ""
+    tcp4 = f"-A FORWARD -i lan -o wan -p tcp ! -d {INET_V4} -j DROP\n" if nat.tcp_to_servers_only else ""
+    tcp6 = f"-A FORWARD -i lan -o wan -p tcp ! -d {INET_V6} -j DROP\n" if nat.tcp_to_servers_only else ""
     filt = textwrap.dedent("""\
         *filter
         :INPUT DROP [0:0]
@@ -134,11 +143,11 @@ def _iptables_rules(nat: Nat) -> tuple[str, str]:
         -A FORWARD -i lan -o wan -j ACCEPT
         {upnp_jump}COMMIT
         """)
-    v4 = filt.format(upnp_fwd=upnp_fwd, icmp="", no_udp=no_udp, upnp_jump=upnp_jump)
+    v4 = filt.format(upnp_fwd=upnp_fwd, icmp="", no_udp=no_udp + tcp4, upnp_jump=upnp_jump)
     v4 += f"*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n" \
           f":POSTROUTING ACCEPT [0:0]\n{upnp_nat}{masq}\nCOMMIT\n"
     # IPv6 needs neighbour discovery to the router itself; forwarded traffic is stateful as above
-    v6 = filt.format(upnp_fwd="", icmp="-A INPUT -p ipv6-icmp -j ACCEPT\n", no_udp=no_udp, upnp_jump="")
+    v6 = filt.format(upnp_fwd="", icmp="-A INPUT -p ipv6-icmp -j ACCEPT\n", no_udp=no_udp + tcp6, upnp_jump="")
     return v4, v6
 
 

@@ -85,3 +85,17 @@ async def test_200mb_with_relay_cut_every_2s_against_magic_wormhole_024(wormhole
         assert all(p.startswith("relay") for p in paths)
     finally:
         await proxy.stop()
+
+
+@pytest.mark.parametrize("side", [LEADER, FOLLOWER], ids=["burrow-leader", "burrow-follower"])
+async def test_magic_wormhole_024_ignores_our_derp_disco_hint(wormhole_servers, tmp_path, side):
+    """burrow offers `derp-disco-v1` (it names a DERP relay); 0.24 skips the unknown hint and connects."""
+    from burrow.client.nat.hints import NatOptions
+    from tests.packet_relay.derp_util import ca, running_relay, url
+
+    async with running_relay(tmp_path) as server:
+        nat = NatOptions(portmap=False, derp_url=url(server), derp_ca_file=ca(server))
+        d, paths, _ = await run_pair(wormhole_servers, side=side, listen=True, size=5_000_000, nat=nat)
+        assert paths and paths[0].startswith("direct") and "quic" not in paths[0]
+        assert d.counters["bad_connections"] == 0
+        assert await d.disco_link() is not None  # the link was up, so the hint went out with our others

@@ -19,9 +19,9 @@ from burrow.client.dilation.selection import Attempt, Selected, Selector, Viable
 KEY = hkdf(b"master", 32, b"dilation-v1")
 
 
-def attempt(leader, *, key=KEY, via_relay=False, direct=True):
+def attempt(leader, *, key=KEY, via_relay=False, direct=True, quic=False):
     return Attempt(key, leader=leader, side=("f" if leader else "0") * 16, via_relay=via_relay, direct=direct,
-                   description="t", codec=RecordCodec("ged"))
+                   description="t", codec=RecordCodec("ged"), quic=quic)
 
 
 def pump(a, b, first_a: bytes, first_b: bytes):
@@ -75,8 +75,8 @@ def test_same_role_prologue_mismatch():
         a.feed(b.start())
 
 
-def viable(direct):
-    leader, follower = attempt(True, direct=direct), attempt(False)
+def viable(direct, quic=False):
+    leader, follower = attempt(True, direct=direct, quic=quic), attempt(False)
     pump(leader, follower, leader.start(), follower.start())
     return leader
 
@@ -99,6 +99,19 @@ def test_selector_takes_relay_after_head_start_or_when_no_direct_left():
     assert s.tick(2.0, True) is relay
     s2 = Selector(now=0.0, relay_head_start=2.0)
     assert s2.candidate(viable(direct=False), 0.1, direct_alive=False) is not None
+
+
+def test_selector_takes_quic_only_when_no_tcp_attempt_is_left():
+    s = Selector(now=0.0, relay_head_start=2.0)
+    quic = viable(direct=False, quic=True)
+    assert s.candidate(quic, 0.1, direct_alive=False, tcp_alive=True) is None
+    assert s.tick(60.0, False, tcp_alive=True) is None  # a TCP dial is still pending: wait for it
+    relay = viable(direct=False)
+    assert s.candidate(relay, 60.1, direct_alive=False, tcp_alive=True) is relay  # TCP relay beats QUIC
+    s2 = Selector(now=0.0, relay_head_start=2.0)
+    quic2 = viable(direct=False, quic=True)
+    assert s2.candidate(quic2, 0.1, direct_alive=True, tcp_alive=True) is None
+    assert s2.waiting and s2.tick(0.2, False, tcp_alive=False) is quic2
 
 
 def kinds(actions):
