@@ -341,6 +341,10 @@ class Stack:
             else:
                 source = self.volume(source)
             volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        for secret in svc.get("secrets", []):  # compose's file secrets: read-only in /run/secrets
+            source = Path(self.compose["secrets"][secret]["file"])
+            volumes[str(source if source.is_absolute() else (DOCKER_DIR / source).resolve())] = {
+                "bind": f"/run/secrets/{secret}", "mode": "ro"}
         ports = dict(parse_port(p) for p in svc.get("ports", []))
         # Explicit ulimits replace podman's defaults wholesale, so start from the sandbox's set; the
         # compose values apply up to this machine's hard limit (real Docker hosts allow more).
