@@ -89,6 +89,7 @@ class TransitServer:
     async def stop(self) -> None:
         self._ready = False  # /readyz fails at once: a balancer sends no new client here
         if self._lsock is not None:
+            self._accept()  # connections the kernel completed already are served, not reset
             self.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
