@@ -136,6 +136,7 @@ class TransitServer:
             if not (relay.pairs or relay.pending or relay.handshaking or self._gated()):
                 break
             await asyncio.sleep(0.05)
+        self.draining.set(0)
         left_waiting, left_pairs = len(relay.pending) + len(relay.handshaking), len(relay.pairs)
         self.events.emit("drain", started=started, duration=max(0.0, self.clock() - started),
                          waiting=waiting, pairs=pairs, left_waiting=left_waiting, left_pairs=left_pairs,
