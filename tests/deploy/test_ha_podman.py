@@ -357,7 +357,8 @@ def test_transfers_survive_restarting_every_transit_relay(ha, tmp_path):
                 before = events_named(ha, replica, "drain")
                 restart(ha, replica, "transit")
                 after = events_named(ha, replica, "drain")
-                assert len(after) == len(before) + 1, after[len(before):]  # one line per drain
+                assert len(after) == len(before) + 1, (  # one line per drain
+                    after[len(before):], ha.stack.containers[replica].logs(tail=200).decode(errors="replace"))
                 drains.append(after[-1])
                 if after[-1]["waiting"] + after[-1]["pairs"] >= 1:
                     break
