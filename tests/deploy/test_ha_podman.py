@@ -367,8 +367,10 @@ def test_transfers_survive_restarting_every_transit_relay(ha, tmp_path):
                 pytest.fail(f"{replica}: no restart found a transfer while draining\n{lane_report(lanes)}\n"
                             f"{events_of(ha, replica)[-4000:]}\n{ha.stack.logs()}")
             assert not any(lane.failures for lane in lanes), lane_report(lanes) + "\n" + ha.stack.logs()
-    note(ha.log, "transit drains (waiting, pairs, ended, left_waiting, left_pairs): " + ", ".join(
-        f"({d['waiting']}, {d['pairs']}, {d['ended']}, {d['left_waiting']}, {d['left_pairs']})" for d in drains))
+    summary = "transit drains (waiting, pairs, ended, left_waiting, left_pairs): " + ", ".join(
+        f"({d['waiting']}, {d['pairs']}, {d['ended']}, {d['left_waiting']}, {d['left_pairs']})" for d in drains)
+    print(summary)
+    note(ha.log, summary)
     assert all(d["left_pairs"] == 0 for d in drains), drains  # no pair was cut by a deadline
     hops = sum(ha.metric(t, "burrow_transit_cluster_hops_out_total") for t in TRANSITS)
     note(ha.log, f"transit hops across the relays since their last restart: {hops}")
