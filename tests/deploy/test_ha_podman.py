@@ -357,8 +357,12 @@ def test_transfers_survive_restarting_every_transit_relay(ha, tmp_path):
                 before = events_named(ha, replica, "drain")
                 restart(ha, replica, "transit")
                 after = events_named(ha, replica, "drain")
-                assert len(after) == len(before) + 1, (  # one line per drain
-                    after[len(before):], ha.stack.containers[replica].logs(tail=200).decode(errors="replace"))
+                if len(after) != len(before) + 1:  # one line per drain
+                    container = ha.stack.containers[replica]
+                    container.reload()
+                    pytest.fail(f"{replica}: {len(after) - len(before)} drain lines for one restart: "
+                                f"{after[len(before):]}\nrestarts: {container.attrs.get('RestartCount')}\n"
+                                f"{container.logs(tail=200).decode(errors='replace')}")
                 drains.append(after[-1])
                 if after[-1]["waiting"] + after[-1]["pairs"] >= 1:
                     break
