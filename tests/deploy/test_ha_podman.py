@@ -125,7 +125,7 @@ def ha(tmp_path_factory):
     with podman_service(work, log) as client:
         base = base_image(client, log)
         with wheelhouse(work, "", log) as pip_url:
-            build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
+            image = build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
         standin = standin_image(client, base, log)
         names = ["mailbox", "mailbox-1_admin", "mailbox-2_admin", "transit", "transit_ws", "transit-1_admin",
                  "transit-2_admin", "relay_https", "relay_admin", "haproxy_admin"]
@@ -145,7 +145,7 @@ def ha(tmp_path_factory):
             "BURROW_NODE_NAME": "ha",
             "BURROW_PEER_SECRET_FILE": str(peer_secret(work)),
         }
-        images = {name: SERVER_IMAGE for name in SERVICES}
+        images = {name: image for name in SERVICES}
         images["redis"] = os.environ.get("BURROW_CI_REDIS_IMAGE", standin)
         images["haproxy"] = os.environ.get("BURROW_CI_HAPROXY_IMAGE", standin)
         stack = Stack(client, f"burrowha{os.getpid()}", env, images, compose_file="compose.ha.yaml")
