@@ -128,6 +128,7 @@ class TransitServer:
         relay = self.relay
         started, waiting, pairs = self.clock(), len(relay.pending), len(relay.pairs)
         self.draining.set(1)
+        log.info("draining for up to %s s: %d sides waiting, %d pairs", self.config.drain_timeout, waiting, pairs)
         deadline = time.monotonic() + self.config.drain_timeout
         while time.monotonic() < deadline:
             reachable = self.cluster is not None and self.cluster.link.healthy  # by hops from other replicas
@@ -138,9 +139,11 @@ class TransitServer:
             await asyncio.sleep(0.05)
         self.draining.set(0)
         left_waiting, left_pairs = len(relay.pending) + len(relay.handshaking), len(relay.pairs)
+        ended = "deadline" if left_waiting or left_pairs else "done"
         self.events.emit("drain", started=started, duration=max(0.0, self.clock() - started),
                          waiting=waiting, pairs=pairs, left_waiting=left_waiting, left_pairs=left_pairs,
-                         ended="deadline" if left_waiting or left_pairs else "done")
+                         ended=ended)
+        log.info("drain %s: %d unpaired and %d pairs left", ended, left_waiting, left_pairs)
 
     def _gated(self) -> bool:
         """Accepted connections still sending their PROXY header (their handshake follows)."""
