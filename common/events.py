@@ -90,6 +90,15 @@ SCHEMAS: dict[tuple[str, str], tuple[Field, ...]] = {
         Field("active_pairs", "int", "pairs currently relaying"),
         Field("bytes_interval", "int", "bytes relayed during the interval"),
     ),
+    ("transit", "drain"): (
+        Field("started", "float", "epoch seconds when the drain began (SIGTERM)", blur="time"),
+        Field("duration", "float", "seconds the drain took"),
+        Field("waiting", "int", "sides waiting for a partner when the drain began"),
+        Field("pairs", "int", "pairs relaying when the drain began"),
+        Field("left_waiting", "int", "connections still unpaired at the end (closed then)"),
+        Field("left_pairs", "int", "pairs still relaying at the end (closed then)"),
+        Field("ended", "str", "`done` (nothing left) or `deadline` (--drain-timeout reached)"),
+    ),
     ("relay", "connection"): (
         _STARTED, _DURATION,
         Field("protocol", "str", "`derp` or `iroh`"),

@@ -28,10 +28,10 @@ class TransitConfig:
                                             "after this long (mood lonely)", unit="s")
     idle_timeout: float = setting(3600.0, "close a pair after this long with no byte in either direction; "
                                           "0 disables (Dilation sends keepalives every 30 s)", unit="s")
-    drain_timeout: float = setting(0.0, "on SIGTERM: stop accepting, close the sides still waiting for a "
-                                        "partner and keep relaying the pairs in progress for at most this "
-                                        "long, so a rolling upgrade ends no transfer (0 = close everything "
-                                        "at once)", unit="s")
+    drain_timeout: float = setting(0.0, "on SIGTERM: stop accepting clients, keep relaying the pairs in "
+                                        "progress and (with --redis-url, reached by hops) the sides waiting "
+                                        "for a partner for at most this long, so a rolling upgrade ends no "
+                                        "transfer (0 = close everything at once)", unit="s")
     max_pending: int = setting(10000, "connections that may wait for a partner at once (0 = unlimited)")
     max_pairs: int = setting(10000, "pairs that may relay at once (0 = unlimited)")
     max_connections: int = setting(30000, "open client connections in total (0 = unlimited)")

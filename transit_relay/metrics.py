@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -54,3 +54,8 @@ def pairing_wait_histogram(registry: CollectorRegistry) -> Histogram:
     return Histogram("burrow_transit_pairing_wait_seconds",
                      "time from the first side's complete handshake to its partner's (pairing)",
                      buckets=PAIRING_WAIT_BUCKETS, registry=registry)
+
+
+def draining_gauge(registry: CollectorRegistry) -> Gauge:
+    return Gauge("burrow_transit_draining", "1 while the relay drains (SIGTERM with --drain-timeout): no new "
+                 "client, pairs and waiting sides kept", registry=registry)

@@ -19,7 +19,7 @@ from burrow.common.listen import tcp_listener
 from burrow.common.proxy_protocol import SocketGate, proxy_policy
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.forwarding import HAVE_SPLICE, PipePool, TcpPairForwarder
-from burrow.transit_relay.metrics import make_registry, pairing_wait_histogram
+from burrow.transit_relay.metrics import draining_gauge, make_registry, pairing_wait_histogram
 from burrow.transit_relay.protocol import (
     Close,
     Pair,
@@ -49,6 +49,7 @@ class TransitServer:
         self.streams: set[StreamPair] = set()
         self.registry = make_registry(self.relay, self.buffered)
         self.pairing_wait = pairing_wait_histogram(self.registry)
+        self.draining = draining_gauge(self.registry)
         self.proxy = proxy_policy("transit", config.proxy_protocol, self.registry)
         self.cluster = None
         if config.redis_url:  # imported only when used: a single relay loads no Redis client
@@ -86,22 +87,16 @@ class TransitServer:
                  self.websocket_port, self.admin_port, self.pool is not None)
 
     async def stop(self) -> None:
-        self._ready = False
+        self._ready = False  # /readyz fails at once: a balancer sends no new client here
         if self._lsock is not None:
+            self._accept()  # connections the kernel completed already are served, not reset
             self.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        if self.config.drain_timeout > 0:
+            await self._drain()
         if self.proxy is not None:
             self.proxy.close_all()
-        if self.config.drain_timeout > 0:
-            # Rolling upgrade: accept nothing new, send the sides still waiting for a partner away (they
-            # could only meet here), and let the pairs in progress finish, for at most drain_timeout.
-            if self.websocket is not None:
-                self.websocket.stop_accepting()
-            self.dispatch(self.relay.shutdown(self.clock(), pairs=False))
-            deadline = time.monotonic() + self.config.drain_timeout
-            while self.relay.pairs and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
         self.dispatch(self.relay.shutdown(self.clock()))
         if self.cluster is not None:
             await self.cluster.stop()
@@ -121,6 +116,38 @@ class TransitServer:
         if self.pool is not None:
             self.pool.close()
         self.events.close()
+
+    async def _drain(self) -> None:
+        """Rolling upgrade: accept no new client, keep relaying the pairs in progress and keep the sides
+        waiting for a partner, for at most drain_timeout. Connections already accepted finish their
+        handshakes. With a cluster the peer port stays open, so a partner that the balancer now sends
+        to another replica still joins its waiting side here by a hop; without one, a waiting side
+        could only meet a partner already connected here, so it is closed once no handshake is left."""
+        if self.websocket is not None:
+            self.websocket.stop_accepting()
+        relay = self.relay
+        started, waiting, pairs = self.clock(), len(relay.pending), len(relay.pairs)
+        self.draining.set(1)
+        log.info("draining for up to %s s: %d sides waiting, %d pairs", self.config.drain_timeout, waiting, pairs)
+        deadline = time.monotonic() + self.config.drain_timeout
+        while time.monotonic() < deadline:
+            reachable = self.cluster is not None and self.cluster.link.healthy  # by hops from other replicas
+            if not reachable and relay.pending and not relay.handshaking and not self._gated():
+                self.dispatch(relay.shutdown(self.clock(), pairs=False))
+            if not (relay.pairs or relay.pending or relay.handshaking or self._gated()):
+                break
+            await asyncio.sleep(0.05)
+        self.draining.set(0)
+        left_waiting, left_pairs = len(relay.pending) + len(relay.handshaking), len(relay.pairs)
+        ended = "deadline" if left_waiting or left_pairs else "done"
+        self.events.emit("drain", started=started, duration=max(0.0, self.clock() - started),
+                         waiting=waiting, pairs=pairs, left_waiting=left_waiting, left_pairs=left_pairs,
+                         ended=ended)
+        log.info("drain %s: %d unpaired and %d pairs left", ended, left_waiting, left_pairs)
+
+    def _gated(self) -> bool:
+        """Accepted connections still sending their PROXY header (their handshake follows)."""
+        return self.proxy is not None and bool(self.proxy.sockets)
 
     # -- accepting ------------------------------------------------------------------------
     def _accept(self) -> None:

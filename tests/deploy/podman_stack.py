@@ -238,7 +238,10 @@ def note(log: Path, text: str) -> None:
 
 
 def build(client: Any, dockerfile: str, tag: str, base: str, pip_url: str, log: Path) -> str:
+    """Build and tag the image; its ID (what the tag named when this build ended: another run on the
+    same machine may move the tag before containers are created from it)."""
     context = context_archive(dockerfile)
+    built = None
     args = {"BASE_IMAGE": base, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": pip_url}
     note(log, f"==== build {dockerfile} -> {tag} (base {base})")
     with open(log, "a") as out:
@@ -247,13 +250,16 @@ def build(client: Any, dockerfile: str, tag: str, base: str, pip_url: str, log: 
                                           buildargs=args, network_mode="host", isolation="chroot", rm=True,
                                           forcerm=True, decode=True):
                 out.write(chunk.get("stream", "") or (json.dumps(chunk) + "\n"))
+                built = (chunk.get("aux") or {}).get("ID", built)
+                if chunk.get("stream", "").startswith("Successfully built "):
+                    built = chunk["stream"].split()[-1]
                 if "error" in chunk or "errorDetail" in chunk:
                     raise RuntimeError(f"build of {dockerfile} failed: {chunk}")
         finally:
             context.close()
-    client.images.get(tag)
-    note(log, f"==== built {tag}")
-    return tag
+    image = client.images.get(built or tag).id
+    note(log, f"==== built {tag} ({image})")
+    return image
 
 
 # ---- compose.yaml, applied through the API ------------------------------------------------------
@@ -341,6 +347,10 @@ class Stack:
             else:
                 source = self.volume(source)
             volumes[source] = {"bind": target, "mode": mode[0] if mode else "rw"}
+        for secret in svc.get("secrets", []):  # compose's file secrets: read-only in /run/secrets
+            source = Path(self.compose["secrets"][secret]["file"])
+            volumes[str(source if source.is_absolute() else (DOCKER_DIR / source).resolve())] = {
+                "bind": f"/run/secrets/{secret}", "mode": "ro"}
         ports = dict(parse_port(p) for p in svc.get("ports", []))
         # Explicit ulimits replace podman's defaults wholesale, so start from the sandbox's set; the
         # compose values apply up to this machine's hard limit (real Docker hosts allow more).

@@ -66,16 +66,45 @@ def test_bundled_redis_is_durable_private_and_hardened():
     service = one(docs, "Service", f"{FULL}-redis")["spec"]
     assert service["type"] == "ClusterIP" and service["ports"][0]["port"] == 6379
     assert service["selector"] == redis["spec"]["selector"]["matchLabels"]
-    # Only the mailbox pods reach Redis; with restricted egress the mailboxes may reach it.
+    # Only the mailbox and transit pods reach Redis; with restricted egress the mailboxes may reach it.
     policy = one(docs, "NetworkPolicy", f"{FULL}-redis")["spec"]
     [rule] = policy["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {**SELECTOR, "app.kubernetes.io/component": "mailbox"}}}]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {**SELECTOR, "app.kubernetes.io/component": c}}}
+                            for c in ("mailbox", "transit")]
     docs, _ = render(with_ha(networkPolicy={"restrictEgress": True}))
     egress = one(docs, "NetworkPolicy", f"{FULL}-mailbox")["spec"]["egress"]
     assert {"to": [{"podSelector": {"matchLabels": {**SELECTOR, "app.kubernetes.io/component": "redis"}}}],
             "ports": [{"port": 6379, "protocol": "TCP"}]} in egress
     for doc in docs:
         validate(doc, KUBE_VERSIONS[-1])
+
+
+def test_transit_pods_pair_through_redis_so_a_draining_pod_keeps_its_waiting_sides():
+    docs, _ = render(HA)
+    transit = one(docs, "StatefulSet", f"{FULL}-transit")
+    spec = pod_spec(transit)
+    env = env_of(spec["containers"][0])
+    assert env["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"  # still routed by token through HAProxy
+    assert env["BURROW_TRANSIT_REDIS_URL"] == f"redis://{FULL}-redis:6379/0"
+    assert env["BURROW_TRANSIT_ADVERTISE_ADDRESS"] == "$(POD_IP):4003"
+    assert float(env["BURROW_TRANSIT_DRAIN_TIMEOUT"]) < spec.get("terminationGracePeriodSeconds", 30)
+    [volume] = [v for v in spec["volumes"] if v["name"] == "peer-secret"]
+    secret = one(docs, "Secret", volume["secret"]["secretName"])  # generated, kept across upgrades
+    assert set(secret["data"]) == {"peer-secret"}
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    policy = one(docs, "NetworkPolicy", f"{FULL}-transit")["spec"]
+    assert {"ports": [{"port": 4003, "protocol": "TCP"}],
+            "from": [{"podSelector": {"matchLabels": {**SELECTOR, "app.kubernetes.io/component": "transit"}}}]
+            } in policy["ingress"]
+    # an operator's own secret and Redis
+    docs, _ = render(with_ha(transit={**HA["transit"], "redis": {"pairing": True, "peerSecretName": "hop",
+                                                                 "url": "redis://other:6379/1"}}))
+    spec = pod_spec(one(docs, "StatefulSet", f"{FULL}-transit"))
+    assert env_of(spec["containers"][0])["BURROW_TRANSIT_REDIS_URL"] == "redis://other:6379/1"
+    assert [v["secret"]["secretName"] for v in spec["volumes"] if v["name"] == "peer-secret"] == ["hop"]
+    assert not find(docs, "Secret", f"{FULL}-transit-peer")
+    with pytest.raises(helm.HelmError, match="pairing needs a Redis"):
+        render(with_ha(redis={"bundled": {"enabled": False}}, mailbox={**HA["mailbox"], "replicas": 1}))
 
 
 def test_every_service_is_spread_and_has_a_disruption_budget():

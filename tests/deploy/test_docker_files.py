@@ -230,7 +230,17 @@ def test_compose_ha_shape():
     transits = sorted(n for n in services if n.startswith("transit"))
     assert len(transits) >= 2
     for t in transits:
-        assert services[t]["environment"]["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"
+        env = services[t]["environment"]
+        assert env["BURROW_TRANSIT_PROXY_PROTOCOL"] == "true"
+        # pairing across the relays (a drained relay's waiting sides stay reachable): the shared Redis,
+        # a hop address other relays resolve, the shared secret, and a drain inside the grace period
+        assert env["BURROW_TRANSIT_REDIS_URL"] == envs[0]["BURROW_MAILBOX_REDIS_URL"]
+        assert env["BURROW_TRANSIT_ADVERTISE_ADDRESS"] == f"{t}:4003"
+        secret = env["BURROW_TRANSIT_PEER_SECRET_FILE"]
+        assert secret == f"/run/secrets/{services[t]['secrets'][0]}" and services[t]["secrets"][0] in compose["secrets"]
+        assert services[t]["depends_on"]["redis"]["condition"] == "service_healthy"
+        grace = duration_ns(services[t]["stop_grace_period"]) / 1e9
+        assert grace > float(env["BURROW_TRANSIT_DRAIN_TIMEOUT"]) > 0, t
     for m in mailboxes:
         assert services[m]["environment"]["BURROW_MAILBOX_PROXY_PROTOCOL"] == "true"
 

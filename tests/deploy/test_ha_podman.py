@@ -1,7 +1,9 @@
 """docker/compose.ha.yaml, run through the Docker Engine API (podman serves it, as in the smoke test):
 Redis, two mailbox replicas and two transit relays behind HAProxy, and the relay. Real magic-wormhole 0.24
-clients send files through HAProxy (the transit relays too, routed by token) while every mailbox container is restarted, one at a time, twice over (SIGTERM:
-the replica drains, its clients reconnect through HAProxy to the other one); every transfer completes
+clients send files through HAProxy (the transit relays too, routed by token) while every mailbox
+container, and then every transit container, is restarted, one at a time, twice over (SIGTERM: the
+replica drains; mailbox clients reconnect through HAProxy to the other one; a transit relay keeps its
+pairs and waiting sides, whose partners join them through the other relay); every transfer completes
 intact.
 
 Needs what the smoke test needs, plus the CNI dnsname plugin (Debian package
@@ -12,6 +14,7 @@ Where no registry serves redis:7.2 and haproxy:2.8, Debian's packages stand in f
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -57,6 +60,7 @@ MAILBOXES = ["mailbox-1", "mailbox-2"]
 TRANSITS = ["transit-1", "transit-2"]
 SERVICES = ["redis", *MAILBOXES, *TRANSITS, "relay", "haproxy"]  # depends_on order
 FILE_SIZE = 4 << 20
+TRANSIT_FILE_SIZE = 16 << 20  # longer pairs: more restarts find a pair relaying
 LANES = 2
 MAX_TRANSFERS_PER_LANE = 40
 RESTART_ATTEMPTS = 4
@@ -95,7 +99,7 @@ class HA:
             return {row["svname"]: row["status"] for row in rows if row["pxname"] == backend}
 
 
-def wait_until(what: str, check, deadline: float, stack: Stack) -> None:
+def wait_until(what: str, check, deadline: float, stack: Stack, poll: float = 0.5) -> None:
     while True:
         try:
             if check():
@@ -104,7 +108,7 @@ def wait_until(what: str, check, deadline: float, stack: Stack) -> None:
             pass
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not reached in time\n{stack.logs()}")
-        time.sleep(0.5)
+        time.sleep(poll)
 
 
 def ready(url: str) -> bool:
@@ -121,7 +125,7 @@ def ha(tmp_path_factory):
     with podman_service(work, log) as client:
         base = base_image(client, log)
         with wheelhouse(work, "", log) as pip_url:
-            build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
+            image = build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
         standin = standin_image(client, base, log)
         names = ["mailbox", "mailbox-1_admin", "mailbox-2_admin", "transit", "transit_ws", "transit-1_admin",
                  "transit-2_admin", "relay_https", "relay_admin", "haproxy_admin"]
@@ -140,8 +144,9 @@ def ha(tmp_path_factory):
             "BURROW_PUBLISH_RELAY_QAD": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
             "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay_admin"]),
             "BURROW_NODE_NAME": "ha",
+            "BURROW_PEER_SECRET_FILE": str(peer_secret(work)),
         }
-        images = {name: SERVER_IMAGE for name in SERVICES}
+        images = {name: image for name in SERVICES}
         images["redis"] = os.environ.get("BURROW_CI_REDIS_IMAGE", standin)
         images["haproxy"] = os.environ.get("BURROW_CI_HAPROXY_IMAGE", standin)
         stack = Stack(client, f"burrowha{os.getpid()}", env, images, compose_file="compose.ha.yaml")
@@ -163,6 +168,13 @@ def ha(tmp_path_factory):
             yield deployed
         finally:
             stack.down()
+
+
+def peer_secret(work: Path) -> Path:
+    path = work / "transit-peer.secret"
+    path.write_text(os.urandom(32).hex())
+    path.chmod(0o444)
+    return path
 
 
 def healthcheck(stack: Stack, name: str) -> list[str]:
@@ -204,6 +216,7 @@ class Lane:
     number: int
     tmp: Path
     stop: threading.Event
+    size: int = FILE_SIZE
     done: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     close_races: int = 0
@@ -223,7 +236,7 @@ class Lane:
         code = f"{100 + self.number * 50 + i}-ha-lane"
         work = self.tmp / f"lane{self.number}-{i}"
         work.mkdir()
-        payload = os.urandom(FILE_SIZE)
+        payload = os.urandom(self.size)
         (work / "payload.bin").write_bytes(payload)
         common = [str(BIN / "wormhole"), "--relay-url", self.ha.relay_url, "--transit-helper",
                   self.ha.transit_helper]
@@ -260,43 +273,30 @@ def events_of(ha: HA, replica: str) -> str:
     return out.decode()
 
 
+def events_named(ha: HA, replica: str, event: str) -> list[dict]:
+    return [e for e in map(json.loads, filter(str.strip, events_of(ha, replica).splitlines()))
+            if e.get("event") == event]
+
+
 def shutdown_closes(ha: HA, replica: str) -> int:
     """Connections the replica closed while draining."""
-    events = [json.loads(line) for line in events_of(ha, replica).splitlines() if line.strip()]
-    return sum(1 for e in events if e.get("event") == "connection" and e.get("close_reason") == "shutdown")
+    return sum(1 for e in events_named(ha, replica, "connection") if e.get("close_reason") == "shutdown")
 
 
 def lane_report(lanes: list[Lane]) -> str:
     return "\n".join(f"lane {lane.number}: {len(lane.done)} done, failures: {lane.failures}" for lane in lanes)
 
 
-def test_transfers_survive_restarting_every_mailbox_replica(ha, tmp_path):
+@contextlib.contextmanager
+def lanes_running(ha: HA, tmp_path: Path, first: int, size: int = FILE_SIZE):
+    """LANES lanes of transfers while the body runs; then every lane's transfers checked."""
     stop = threading.Event()
-    lanes = [Lane(ha, n, tmp_path, stop) for n in range(LANES)]
+    lanes = [Lane(ha, first + n, tmp_path, stop, size) for n in range(LANES)]
     threads = [threading.Thread(target=lane.run, daemon=True) for lane in lanes]
     for t in threads:
         t.start()
     try:
-        for replica in MAILBOXES * ROUNDS:
-            for attempt in range(RESTART_ATTEMPTS):
-                # Restart while clients are connected to this replica, so the drain has clients to move.
-                wait_until(f"clients on {replica}",
-                           lambda r=replica: ha.metric(r, "burrow_mailbox_open_connections") >= 1,
-                           time.monotonic() + 120, ha.stack)
-                closed_before = shutdown_closes(ha, replica)
-                note(ha.log, f"restarting {replica} (attempt {attempt + 1})")
-                ha.stack.containers[replica].restart(timeout=ha.stack.stop_timeout(replica))  # SIGTERM: drain
-                deadline = time.monotonic() + 90
-                wait_until(f"{replica} ready again", lambda r=replica: ready(ha.admin(r)), deadline, ha.stack)
-                wait_until(f"haproxy sees {replica} up", lambda r=replica: ha.haproxy_status().get(r) == "UP",
-                           deadline, ha.stack)
-                if shutdown_closes(ha, replica) > closed_before:
-                    break
-                # The clients seen a moment before had finished by the time SIGTERM arrived: again.
-            else:
-                pytest.fail(f"{replica}: no restart closed a client while draining\n{lane_report(lanes)}\n"
-                            f"{events_of(ha, replica)[-4000:]}\n{ha.stack.logs()}")
-            assert not any(lane.failures for lane in lanes), lane_report(lanes) + "\n" + ha.stack.logs()
+        yield lanes
     finally:
         stop.set()
         for t in threads:
@@ -307,8 +307,75 @@ def test_transfers_survive_restarting_every_mailbox_replica(ha, tmp_path):
     assert sum(len(lane.done) for lane in lanes) >= LANES * 2
     note(ha.log, f"transfers: {sum(len(lane.done) for lane in lanes)}, sender close races: "
                  f"{sum(lane.close_races for lane in lanes)}")
+
+
+def restart(ha: HA, replica: str, backend: str) -> None:
+    note(ha.log, f"restarting {replica}")
+    ha.stack.containers[replica].restart(timeout=ha.stack.stop_timeout(replica))  # SIGTERM: drain
+    deadline = time.monotonic() + 90
+    wait_until(f"{replica} ready again", lambda: ready(ha.admin(replica)), deadline, ha.stack)
+    wait_until(f"haproxy sees {replica} up", lambda: ha.haproxy_status(backend).get(replica) == "UP",
+               deadline, ha.stack)
+
+
+def test_transfers_survive_restarting_every_mailbox_replica(ha, tmp_path):
+    with lanes_running(ha, tmp_path, 0) as lanes:
+        for replica in MAILBOXES * ROUNDS:
+            for _attempt in range(RESTART_ATTEMPTS):
+                # Restart while clients are connected to this replica, so the drain has clients to move.
+                wait_until(f"clients on {replica}",
+                           lambda r=replica: ha.metric(r, "burrow_mailbox_open_connections") >= 1,
+                           time.monotonic() + 120, ha.stack)
+                closed_before = shutdown_closes(ha, replica)
+                restart(ha, replica, "mailbox")
+                if shutdown_closes(ha, replica) > closed_before:
+                    break
+                # The clients seen a moment before had finished by the time SIGTERM arrived: again.
+            else:
+                pytest.fail(f"{replica}: no restart closed a client while draining\n{lane_report(lanes)}\n"
+                            f"{events_of(ha, replica)[-4000:]}\n{ha.stack.logs()}")
+            assert not any(lane.failures for lane in lanes), lane_report(lanes) + "\n" + ha.stack.logs()
     for replica in MAILBOXES:  # both replicas served clients
         assert ha.metric(replica, "burrow_mailbox_connections_accepted_total") >= 1
     # --no-listen on both sides: every file crossed a transit relay, reached through the token hash
     relayed = sum(ha.metric(t, "burrow_transit_relayed_bytes_total") for t in TRANSITS)
     assert relayed >= FILE_SIZE * sum(len(lane.done) for lane in lanes)
+
+
+TRANSIT_CONNECTIONS = ("burrow_transit_handshaking_connections", "burrow_transit_pending_connections",
+                       "burrow_transit_active_pairs")
+
+
+def test_transfers_survive_restarting_every_transit_relay(ha, tmp_path):
+    drains: list[dict] = []
+    with lanes_running(ha, tmp_path, LANES, TRANSIT_FILE_SIZE) as lanes:
+        for replica in TRANSITS * ROUNDS:
+            for _attempt in range(RESTART_ATTEMPTS):
+                # Restart while a transfer is on this relay (any phase), so the drain has a side to keep.
+                wait_until(f"a transfer on {replica}",
+                           lambda r=replica: sum(ha.metric(r, m) for m in TRANSIT_CONNECTIONS) >= 1,
+                           time.monotonic() + 120, ha.stack, poll=0.05)
+                before = events_named(ha, replica, "drain")
+                restart(ha, replica, "transit")
+                after = events_named(ha, replica, "drain")
+                if len(after) != len(before) + 1:  # one line per drain
+                    container = ha.stack.containers[replica]
+                    container.reload()
+                    pytest.fail(f"{replica}: {len(after) - len(before)} drain lines for one restart: "
+                                f"{after[len(before):]}\nrestarts: {container.attrs.get('RestartCount')}\n"
+                                f"{container.logs(tail=200).decode(errors='replace')}")
+                drains.append(after[-1])
+                if after[-1]["waiting"] + after[-1]["pairs"] >= 1:
+                    break
+                # The transfer seen a moment before had ended by the time SIGTERM arrived: again.
+            else:
+                pytest.fail(f"{replica}: no restart found a transfer while draining\n{lane_report(lanes)}\n"
+                            f"{events_of(ha, replica)[-4000:]}\n{ha.stack.logs()}")
+            assert not any(lane.failures for lane in lanes), lane_report(lanes) + "\n" + ha.stack.logs()
+    summary = "transit drains (waiting, pairs, ended, left_waiting, left_pairs): " + ", ".join(
+        f"({d['waiting']}, {d['pairs']}, {d['ended']}, {d['left_waiting']}, {d['left_pairs']})" for d in drains)
+    print(summary)
+    note(ha.log, summary)
+    assert all(d["left_pairs"] == 0 for d in drains), drains  # no pair was cut by a deadline
+    hops = sum(ha.metric(t, "burrow_transit_cluster_hops_out_total") for t in TRANSITS)
+    note(ha.log, f"transit hops across the relays since their last restart: {hops}")

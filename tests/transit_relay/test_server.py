@@ -327,3 +327,26 @@ async def test_drain_keeps_pairs_and_sends_the_rest_away(make_server):
     w1.close()
     w2.close()
     await asyncio.wait_for(stopping, 5)  # the last pair ended: the drain is over well before 10 s
+
+
+async def test_drain_finishes_handshakes_already_accepted(make_server):
+    """Without a cluster: a connection accepted before SIGTERM may still send its handshake and pair
+    with the side waiting for it; then the drain ends with that pair, in one `drain` line."""
+    srv = await make_server(drain_timeout=10.0)
+    waiting_r, waiting_w = await connect(srv)
+    waiting_w.write(hs(b"a"))
+    late_r, late_w = await connect(srv)
+    await wait_for(lambda: len(srv.relay.pending) == 1 and len(srv.relay.handshaking) == 1)
+    stopping = asyncio.create_task(srv.stop())
+    await asyncio.sleep(0.2)  # the drain has begun: the listener is closed
+    late_w.write(hs(b"b"))
+    assert await asyncio.wait_for(waiting_r.readexactly(3), 5) == b"ok\n"
+    assert await asyncio.wait_for(late_r.readexactly(3), 5) == b"ok\n"
+    waiting_w.write(b"ping")
+    assert await late_r.readexactly(4) == b"ping"
+    waiting_w.close()
+    late_w.close()
+    await asyncio.wait_for(stopping, 5)
+    drains = read_events(srv.config.event_log, "drain")
+    assert [(d["waiting"], d["pairs"], d["ended"]) for d in drains] == [(1, 0, "done")]
+    assert [s["mood"] for s in read_events(srv.config.event_log)] == ["happy"]

@@ -226,7 +226,15 @@ loadBalancerIP: {{ $root.Values.service.loadBalancerIP | quote }}
 
 {{/* The mailbox's BURROW_MAILBOX_REDIS_URL entry. */}}
 {{- define "burrow.mailboxRedisEnv" -}}
-- name: BURROW_MAILBOX_REDIS_URL
+{{- include "burrow.redisEnv" (list . "BURROW_MAILBOX_REDIS_URL") }}
+{{- end }}
+
+{{/* An env entry NAME with the chart's Redis URL (redis.url, redis.urlSecret or the bundled Redis).
+     Call with (list $ NAME). */}}
+{{- define "burrow.redisEnv" -}}
+{{- $name := index . 1 }}
+{{- with index . 0 }}
+- name: {{ $name }}
 {{- if .Values.redis.urlSecret.name }}
   valueFrom:
     secretKeyRef:
@@ -236,6 +244,7 @@ loadBalancerIP: {{ $root.Values.service.loadBalancerIP | quote }}
   value: {{ .Values.redis.url | quote }}
 {{- else }}
   value: "redis://{{ include "burrow.componentName" (list . "redis") }}:6379/0"
+{{- end }}
 {{- end }}
 {{- end }}
 
