@@ -47,10 +47,11 @@ from burrow.client.dilation.manager import (
     UseHints,
 )
 from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound, record_size
+from burrow.client.dilation.selection import UPGRADE_INTERVAL, UpgradePolicy
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
-from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
-from burrow.client.dilation.versions import STOP_EXTENSION, peer_extensions
+from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location, probe_direct
+from burrow.client.dilation.versions import STOP_EXTENSION, UPGRADE_EXTENSION, peer_extensions
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ class Dilation:
                  max_unacked_bytes: int = DEFAULT_MAX_UNACKED_BYTES, reader_limit: int = READER_LIMIT,
                  max_record_payload: int = MAX_RECORD_PAYLOAD, max_frame: int = DEFAULT_MAX_FRAME,
                  generation_timeout: float = GENERATION_TIMEOUT, versions: tuple[str, ...] = SUPPORTED_VERSIONS,
-                 ack_every_bytes: int = ACK_EVERY_BYTES, ack_delay: float = ACK_DELAY, nat=None):
+                 ack_every_bytes: int = ACK_EVERY_BYTES, ack_delay: float = ACK_DELAY, nat=None,
+                 upgrade_interval: float = UPGRADE_INTERVAL):
         self._send_phase = send_phase
         self._nat = nat  # client.nat.hints.NatOptions: external hints (STUN, port mapping); None = local only
         self._key = dilation_key
@@ -110,6 +112,7 @@ class Dilation:
         self.status = DilationStatus("waiting", 0)
         self.connection: L2Protocol | None = None
         self._connector: Connector | None = None
+        self._probed: Connector | None = None  # a connected generation whose listeners await upgrade probes
         self._keepalive: Keepalive | None = None
         self._ka_timer: asyncio.TimerHandle | None = None
         self._gen_timer: asyncio.TimerHandle | None = None
@@ -128,13 +131,16 @@ class Dilation:
         self._listeners: dict[str, asyncio.Queue] = {}
         self._tasks: set[asyncio.Task] = set()
         self._peer_takes_stop = False  # the peer offered the stop-v1 extension
+        self._peer_upgrades = False  # the peer offered upgrade-v1: leave the relay for a direct path mid-transfer
+        self._upgrade = UpgradePolicy(interval=upgrade_interval)
         self._disco: asyncio.Task | None = None  # starts our DiscoLink (UDP punching) once, for every generation
         self.counters = {"records_in": 0, "records_out": 0, "resent": 0, "duplicates": 0, "ignored": 0,
-                         "acks_out": 0, "connections": 0, "bad_connections": 0}
+                         "acks_out": 0, "connections": 0, "bad_connections": 0, "upgrades": 0}
 
     # ---------------------------------------------------------------- L1 plumbing
     def start(self, peer_versions: dict) -> None:
         self._peer_takes_stop = STOP_EXTENSION in peer_extensions(peer_versions)
+        self._peer_upgrades = UPGRADE_EXTENSION in peer_extensions(peer_versions)
         self._run(self.manager.start(peer_versions))
 
     def received_message(self, plaintext: bytes) -> None:
@@ -155,7 +161,7 @@ class Dilation:
             elif isinstance(a, StartConnecting):
                 self._start_generation(a.generation)
             elif isinstance(a, StopConnecting):
-                self._stop_generation()
+                self._stop_generation(connected=True)
             elif isinstance(a, UseHints):
                 if self._connector is not None and self._connector.generation == a.generation:
                     self._connector.use_hints(a.hints)
@@ -199,6 +205,7 @@ class Dilation:
                       codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
                       listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
                       max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen)
+        c.keep_listening = self._peer_upgrades and not self.manager.leader
         self._connector = c
         self._spawn(c.start())
         if self.manager.leader:
@@ -208,13 +215,22 @@ class Dilation:
         if self._connector is c and c.winner is None:
             self._run(self.manager.leader_gave_up_connecting())
 
-    def _stop_generation(self) -> None:
+    def _stop_generation(self, connected: bool = False) -> None:
+        """`connected`: the generation's connection was just selected; a Follower then keeps its listeners
+        until the next generation when the peer takes upgrades (the Leader's probes connect there)."""
         if self._gen_timer is not None:
             self._gen_timer.cancel()
             self._gen_timer = None
-        if self._connector is not None:
-            self._connector.stop(keep=self._connector.winner)
-            self._connector = None
+        if self._probed is not None:
+            self._probed.close_listeners()
+            self._probed = None
+        c, self._connector = self._connector, None
+        if c is not None:
+            c.stop(keep=c.winner)
+            if connected and c.keep_listening and c.winner is not None and c.winner is self.connection:
+                self._probed = c
+            else:
+                c.close_listeners()
 
     def _spawn(self, coro) -> None:
         t = self._loop.create_task(coro)
@@ -269,10 +285,30 @@ class Dilation:
         self._update_writable()
         if not self._first_connection.done():
             self._first_connection.set_result(None)
+        if self.manager.leader and self._peer_upgrades:
+            self._upgrade.connected(now, relayed=p.attempt.via_relay)
+            if self._upgrade.next_probe() is not None:
+                self._spawn(self._look_for_direct(p, connector))
+
+    async def _look_for_direct(self, p: L2Protocol, connector: Connector) -> None:
+        """Leader over the relay: probe the peer's direct hints on the policy's schedule; when one connects,
+        drop the relayed connection. The next generation then races again and its direct path wins at once,
+        and L3 re-sends every unacknowledged record on it, so the subchannels lose no byte."""
+        policy = self._upgrade
+        while self.connection is p and policy.next_probe() is not None:
+            await asyncio.sleep(max(0.0, policy.next_probe() - self._loop.time()))
+            if self.connection is not p or not policy.due(self._loop.time()):
+                continue
+            if await probe_direct(connector.peer_direct) and self.connection is p and policy.better(quic=False):
+                log.info("dilation: a direct path answers; leaving %s for a new generation", p.attempt.description)
+                self.counters["upgrades"] += 1
+                p.drop()
+                return
 
     def on_connection_lost(self, p: L2Protocol) -> None:
         if p is not self.connection:
             return
+        self._upgrade.lost()
         self.connection = None
         self._keepalive = None
         for timer in (self._ka_timer, self._ack_timer):

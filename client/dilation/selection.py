@@ -51,6 +51,7 @@ class Attempt:
         self._side = side
         self._key = dilation_key
         self._via_relay = via_relay
+        self.via_relay = via_relay  # through the transit relay (what an upgrade may replace)
         self._send_prologue, expected = prologues(leader)
         self._framer = Framer(expected, via_relay=via_relay, max_frame=max_frame)
         self._noise = NoiseSession(dilation_key, leader=leader)
@@ -190,3 +191,59 @@ class Selector:
     @property
     def waiting(self) -> bool:
         return self.chosen is None and bool(self._waiting)
+
+
+UPGRADE_INTERVAL = 30.0  # seconds between the Leader's looks for a direct path while it runs over the relay
+UPGRADE_PROBES = 20  # looks per connection over the relay: the search is bounded
+UPGRADE_MOVES = 3  # generations started by upgrades per dilation: a path that keeps failing cannot flap forever
+QUIC_MARGIN = 1.25  # a QUIC path must be measured this much faster than the current path to replace it
+
+
+class UpgradePolicy:
+    """The Leader's rule for leaving the transit relay mid-transfer (burrow peers that list upgrade-v1).
+
+    While the selected connection is relayed, look for a better path every `interval` seconds, at most
+    `probes` times per relayed connection. A direct TCP path that connects replaces the relay at once (kernel
+    TCP without the relay's extra hop is never the slower one). A QUIC path replaces it only when its probe
+    rate is `quic_margin` times the relay's observed rate: Python QUIC moves far fewer bytes per CPU second
+    than kernel TCP, so a direct UDP path can be slower than a TCP relay. Each move starts a new generation;
+    at most `moves` per dilation."""
+
+    def __init__(self, *, interval: float = UPGRADE_INTERVAL, probes: int = UPGRADE_PROBES,
+                 moves: int = UPGRADE_MOVES, quic_margin: float = QUIC_MARGIN):
+        self.interval, self.probes, self.moves, self.quic_margin = interval, probes, moves, quic_margin
+        self._next: float | None = None
+        self._left = 0
+        self.moved = 0
+
+    def connected(self, now: float, *, relayed: bool) -> None:
+        """A generation's connection was selected: arm the probe schedule only when it is relayed."""
+        self._next = now + self.interval if relayed and self.moved < self.moves else None
+        self._left = self.probes
+
+    def lost(self) -> None:
+        self._next = None
+
+    def due(self, now: float) -> bool:
+        """True when a probe should run now (the schedule advances)."""
+        if self._next is None or now < self._next or self._left <= 0:
+            return False
+        self._left -= 1
+        self._next = now + self.interval if self._left > 0 else None
+        return True
+
+    def next_probe(self) -> float | None:
+        return self._next
+
+    def better(self, *, quic: bool, candidate_rate: float | None = None, current_rate: float | None = None) -> bool:
+        """Whether the candidate that answered a probe replaces the relay (and counts a move if so).
+        Rates are bytes per second; a QUIC candidate without a measured rate, or a relay whose rate is not
+        known, keeps the relay."""
+        if self.moved >= self.moves:
+            return False
+        if quic:
+            if not candidate_rate or not current_rate or candidate_rate < self.quic_margin * current_rate:
+                return False
+        self.moved += 1
+        self._next = None
+        return True

@@ -3,7 +3,8 @@
 in:  hints from the peer (use_hints), our listening addresses and relay, the runtime's role and key
 out: connection-hints to publish, exactly one selected L2Protocol handed to the runtime per generation
 states (Connector): running -> connected | stopped. Losers, listeners and pending dials are dropped on
-selection or stop.
+selection or stop, except that a Follower whose peer takes upgrades keeps listening after a relayed win (the
+Leader's probes connect there; the connections are closed at once) until the next generation.
 
 Direct hints: we listen on one port on every local address (or the addresses given) and advertise each
 non-loopback address (loopback only when nothing else exists, as magic-wormhole does). Relay hints: our relay
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 10.0  # seconds for one TCP connect
 QUIC_RETRY = 1.0  # seconds before the Leader opens another QUIC connection after one ended unselected
 RECONSIDER_EVERY = 0.5  # seconds between the Leader's looks while a candidate waits for other attempts
+MAX_PROBE_HINTS = 16  # direct hints of the peer kept for upgrade probes
 HANDSHAKE_TIMEOUT = 30.0  # seconds from TCP connect to KCM
 # bytes queued in the asyncio transport before writers pause (they resume at a quarter of it): room for one
 # batch of sealed records while the socket drains the last, yet small, as Python 3.11's transport memmoves its
@@ -136,6 +138,23 @@ def parse_relay_location(location: str) -> tuple[str, int]:
     loc = location[4:] if location.startswith("tcp:") else location
     host, _, port = loc.rpartition(":")
     return host.strip("[]"), int(port.split(":")[0])
+
+
+PROBE_TIMEOUT = 3.0  # seconds for one upgrade probe's TCP connect
+
+
+async def probe_direct(hints: list[tuple[str, int]], timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether any of the peer's direct hints takes a TCP connection now (closed at once: only reachability is
+    asked; the next generation's race makes the real connection)."""
+    async def one(host: str, port: int) -> bool:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (TimeoutError, OSError):
+            return False
+        writer.close()
+        return True
+
+    return any(await asyncio.gather(*(one(h, p) for h, p in hints)))
 
 
 class L2Protocol(asyncio.BufferedProtocol):
@@ -266,6 +285,8 @@ class Connector:
         self._peer_disco: tuple[str, bytes, bytes, list] | None = None
         self._quic_tasks: set[asyncio.Task] = set()
         self._dials: set[asyncio.Task] = set()  # TCP dials not finished yet (hint lookups are in _tasks too)
+        self.peer_direct: list[tuple[str, int]] = []  # the peer's direct hints (the Leader's upgrade probes)
+        self.keep_listening = False  # Follower: listen on after a relayed win, for the Leader's upgrade probes
 
     def _quic_protocol(self, addr) -> L2Protocol | None:
         if self.stopped or self.winner is not None:
@@ -357,9 +378,12 @@ class Connector:
         t.add_done_callback(self._tasks.discard)
 
     def use_hints(self, hints: list) -> None:
+        direct, relays = parse_hints(hints)
+        for host, port, _ in direct:
+            if (host, port) not in self.peer_direct and len(self.peer_direct) < MAX_PROBE_HINTS:
+                self.peer_direct.append((host, port))
         if self.stopped or self.winner is not None:
             return
-        direct, relays = parse_hints(hints)
         self._direct_known = self._direct_known or bool(direct)
         for h in hints:
             peer_disco = disco_link.parse_hint(h)
@@ -460,9 +484,8 @@ class Connector:
             self._mapper = None
         if self._select_timer:
             self._select_timer.cancel()
-        for s in self._servers:
-            s.close()
-        self._servers.clear()
+        if not (self.keep_listening and keep is not None and keep.attempt.via_relay):
+            self.close_listeners()
         for t in [*self._tasks, *self._quic_tasks]:
             t.cancel()
         if self._link is not None and not self.leader:
@@ -470,3 +493,8 @@ class Connector:
         for p in list(self.attempts):
             if p is not keep:
                 p.drop()
+
+    def close_listeners(self) -> None:
+        for s in self._servers:
+            s.close()
+        self._servers.clear()

@@ -10,7 +10,10 @@ ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}, SIMOPEN]  # connec
 # extensions beyond the specification, used only with a peer that lists them too (other clients ignore the key):
 # "stop-v1": a STOP record tells the peer we stopped for good, so it reports "stopped" instead of reconnecting
 STOP_EXTENSION = "stop-v1"
-EXTENSIONS = [STOP_EXTENSION]
+# "upgrade-v1": while connected over the transit relay the Leader looks for a direct path and moves to it in a
+# new generation, and the Follower keeps that generation's listener open for the Leader's probes
+UPGRADE_EXTENSION = "upgrade-v1"
+EXTENSIONS = [STOP_EXTENSION, UPGRADE_EXTENSION]
 
 
 def versions_fields(versions: tuple[str, ...] = SUPPORTED_VERSIONS) -> dict:

@@ -14,7 +14,7 @@ from burrow.client.dilation.manager import (
     UseHints,
     choose_version,
 )
-from burrow.client.dilation.selection import Attempt, Selected, Selector, Viable, dial_delays
+from burrow.client.dilation.selection import Attempt, Selected, Selector, UpgradePolicy, Viable, dial_delays
 
 KEY = hkdf(b"master", 32, b"dilation-v1")
 
@@ -239,3 +239,30 @@ def test_follower_adopts_the_leaders_version():
     leader.start({"can-dilate": ["1", "ged"]})
     leader.receive({"type": "please", "side": "0" * 16, "use-version": "1"})
     assert leader.version == "ged"  # the Leader keeps its own choice
+
+
+def test_upgrade_policy_probes_on_a_bounded_schedule_and_moves_to_quic_only_when_measured_faster():
+    clock = 100.0
+    p = UpgradePolicy(interval=5.0, probes=3, moves=2, quic_margin=1.25)
+    p.connected(clock, relayed=False)  # a direct connection: nothing to look for
+    assert p.next_probe() is None and not p.due(clock + 60)
+    p.connected(clock, relayed=True)
+    assert not p.due(clock + 4.9)
+    assert [p.due(clock + t) for t in (5.0, 5.1, 10.0, 15.0, 20.0, 99.0)] == [True, False, True, True, False, False]
+    assert p.next_probe() is None  # three looks per relayed connection, then the relay stays
+    p.connected(clock, relayed=True)
+    # QUIC: only a measured rate at least 1.25 x the relay's replaces it; no measurement keeps the relay
+    assert not p.better(quic=True)
+    assert not p.better(quic=True, candidate_rate=8e6, current_rate=170e6)
+    assert not p.better(quic=True, candidate_rate=12e6, current_rate=10e6)
+    assert not p.better(quic=True, candidate_rate=50e6, current_rate=None)
+    assert p.moved == 0 and p.next_probe() == clock + 5.0
+    assert p.better(quic=True, candidate_rate=12.5e6, current_rate=10e6)
+    assert p.moved == 1 and p.next_probe() is None  # the move ends this connection's looks
+    p.connected(clock + 30, relayed=True)  # the new generation landed on the relay again
+    assert p.due(clock + 35.0)
+    assert p.better(quic=False)  # direct TCP replaces the relay without a measurement
+    p.connected(clock + 60, relayed=True)  # moves are bounded: no more looking
+    assert p.next_probe() is None and not p.better(quic=False)
+    p.lost()
+    assert not p.due(clock + 1000)
