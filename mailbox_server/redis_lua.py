@@ -16,7 +16,7 @@ Keys: names (set of nameplates), bylen (canonical nameplates by digit count), np
 ns, s:<side> = claimed|added), mb:<id> (hash: fn, b, ns, np, s:<side> = opened|added|mood),
 msgs:<id> (list of message JSON), subs:<id> (set of replicas subscribed), updated (zset of mailbox
 ids by last use), stats (hash: m mailboxes, n nameplates, b body bytes), done:<op id> (a recorded
-reply, 5 minutes). Channel: bus:<replica> (sharded pub/sub): 'm<index> <id length> <id><json>' for a
+reply, 5 minutes: '=<number>' for an add, else the reply as JSON). Channel: bus:<replica> (sharded pub/sub): 'm<index> <id length> <id><json>' for a
 new message (not to the replica named in the add's last argument: it delivers from the reply), 'g<id>'
 for a deleted mailbox.
 """
@@ -32,11 +32,6 @@ local touched = {}
 for i = 1, ntouched do touched[A[14 + i]] = true end
 local X = 15 + ntouched
 
-if A[6] == '1' then
-  local done = redis.call('GET', P .. 'done:' .. opid)
-  if done then return cjson.decode(done) end
-end
-
 local reached, usage, gone = '', {}, {}
 
 local function result(err, refusal, fatal, value, extra)
@@ -49,6 +44,14 @@ end
 local function remember(r)
   redis.call('SET', P .. 'done:' .. opid, cjson.encode(r), 'EX', 300)
   return r
+end
+
+if A[6] == '1' then
+  local done = redis.call('GET', P .. 'done:' .. opid)
+  if done then  -- '=<n>': an add's number (the common record, kept small); else a whole reply as JSON
+    if string.sub(done, 1, 1) == '=' then return result(nil, nil, false, tonumber(string.sub(done, 2))) end
+    return cjson.decode(done)
+  end
 end
 
 local function stat(field) return tonumber(redis.call('HGET', P .. 'stats', field) or '0') end
@@ -64,31 +67,37 @@ local function sides_of(key)
   return sides, fields
 end
 
-local function check_room(id)
+local function check_room(id, exists)  -- exists: does mailbox `id` exist (no id: a new one)
   if id and touched[id] then return nil end
   if max_touched > 0 and ntouched >= max_touched then return {'TOO_MANY_MAILBOXES', 'mailboxes_per_connection'} end
-  if (not id) or redis.call('EXISTS', P .. 'mb:' .. id) == 0 then
+  if not exists then
     if max_mailboxes > 0 and stat('m') + others_mb >= max_mailboxes then return {'SERVER_FULL', 'mailboxes'} end
   end
   return nil
 end
 
 local function open_mailbox(id, fn, npname)
-  local e = check_room(id)
-  if e then return e end
   local key = P .. 'mb:' .. id
-  if redis.call('EXISTS', key) == 0 then
-    redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 0)
-    if npname then redis.call('HSET', key, 'np', npname) end
+  local exists = redis.call('EXISTS', key) == 1
+  local e = check_room(id, exists)
+  if e then return e end
+  local ns = 1
+  if not exists then  -- created with this side in it: one write
+    if npname then
+      redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 1, 's:' .. side, '1|' .. now .. '|', 'np', npname)
+    else
+      redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 1, 's:' .. side, '1|' .. now .. '|')
+    end
     redis.call('HINCRBY', P .. 'stats', 'm', 1)
+  elseif redis.call('HSETNX', key, 's:' .. side, '1|' .. now .. '|') == 1 then
+    ns = redis.call('HINCRBY', key, 'ns', 1)
+  else
+    ns = tonumber(redis.call('HGET', key, 'ns'))
   end
   if not touched[id] then touched[id] = true; ntouched = ntouched + 1 end
   reached = id
-  if redis.call('HSETNX', key, 's:' .. side, '1|' .. now .. '|') == 1 then
-    redis.call('HINCRBY', key, 'ns', 1)
-  end
   redis.call('ZADD', P .. 'updated', now, id)
-  if tonumber(redis.call('HGET', key, 'ns')) > 2 then return {'CROWDED'} end
+  if ns > 2 then return {'CROWDED'} end
   return nil
 end
 
@@ -122,26 +131,27 @@ end
 
 local function claim_nameplate(name, new_id)
   local key = P .. 'np:' .. name
-  local mbid = redis.call('HGET', key, 'mb')
-  if not mbid then
-    local e = check_room(nil)
+  local got = redis.call('HMGET', key, 'mb', 'ns', 's:' .. side)
+  local mbid, ns, s = got[1], 1, got[3]
+  if not mbid then  -- created with this side in it: one write
+    local e = check_room(nil, false)
     if e then return nil, e end
     mbid = new_id
-    redis.call('HSET', key, 'mb', mbid, 'ns', 0)
+    redis.call('HSET', key, 'mb', mbid, 'ns', 1, 's:' .. side, '1|' .. now)
     redis.call('SADD', P .. 'names', name)
     if canonical(name) then redis.call('HINCRBY', P .. 'bylen', #name, 1) end
     redis.call('HINCRBY', P .. 'stats', 'n', 1)
-  end
-  local s = redis.call('HGET', key, 's:' .. side)
-  if not s then
+  elseif not s then
     redis.call('HSET', key, 's:' .. side, '1|' .. now)
-    redis.call('HINCRBY', key, 'ns', 1)
+    ns = redis.call('HINCRBY', key, 'ns', 1)
   elseif string.sub(s, 1, 1) == '0' then
     return nil, {'RECLAIMED'}
+  else
+    ns = tonumber(got[2])
   end
   local e = open_mailbox(mbid, 1, name)
   if e then return nil, e end
-  if tonumber(redis.call('HGET', key, 'ns')) > 2 then return nil, {'CROWDED'} end
+  if ns > 2 then return nil, {'CROWDED'} end
   return mbid
 end
 
@@ -214,11 +224,12 @@ elseif op == 'open' then
 elseif op == 'add' then
   local id = A[X]
   local key = P .. 'mb:' .. id
-  if redis.call('EXISTS', key) == 0 then return result('MUST_OPEN') end
+  local b = redis.call('HGET', key, 'b')  -- every mailbox has it: none means no mailbox
+  if not b then return result('MUST_OPEN') end
   local n = redis.call('LLEN', P .. 'msgs:' .. id)
   if max_msgs > 0 and n >= max_msgs then return result('MAILBOX_FULL', 'messages_per_mailbox') end
   local size, blen = tonumber(A[X + 2]), tonumber(A[X + 3])
-  if max_mb_bytes > 0 and tonumber(redis.call('HGET', key, 'b')) + size > max_mb_bytes then
+  if max_mb_bytes > 0 and tonumber(b) + size > max_mb_bytes then
     return result('MAILBOX_FULL', 'mailbox_bytes')
   end
   if max_stored > 0 and stat('b') + others_bytes + size > max_stored then
@@ -232,14 +243,13 @@ elseif op == 'add' then
   for _, r in ipairs(redis.call('SMEMBERS', P .. 'subs:' .. id)) do
     if r ~= A[X + 4] then redis.call('SPUBLISH', P .. 'bus:' .. r, payload) end  -- that replica delivers it itself
   end
-  return remember(result(nil, nil, false, n))  -- a retry after a lost reply must not add it twice
+  redis.call('SET', P .. 'done:' .. opid, '=' .. n, 'EX', 300)  -- a retry after a lost reply must not add it twice
+  return result(nil, nil, false, n)
 
 elseif op == 'close' then
   local id = A[X]
   local key = P .. 'mb:' .. id
-  if A[X + 2] == '1' then
-    if redis.call('EXISTS', key) == 0 then return result() end
-  else
+  if A[X + 2] ~= '1' then  -- subscribed: a mailbox gone meanwhile has no side below, so nothing to do
     local e = open_mailbox(id, 0, nil)
     if e then return result(e[1], e[2]) end
   end
