@@ -2,8 +2,8 @@
 
 KEYS[1] is the app's key prefix `burrow:mailbox:{<app>}:`; every key the script touches starts with it,
 so in a Redis Cluster they all live in the app's slot. ARGV[1] is a JSON array A describing one op (built
-by store_redis.py), or an array of such arrays: consecutive ops of one app, run in order in one call (one
-script call costs Redis more than the op itself), answered by an array of their replies. A is:
+by store_redis.py), or an array of such arrays: consecutive ops of one app, run in order in one call (fewer
+calls to parse, dispatch and answer), answered by an array of their replies. A is:
 
   1 op  2 side  3 now  4 replica  5 op id  6 retry (1: answer from the recorded result if there is one)
   7 max messages per mailbox  8 max mailbox bytes  9 max stored bytes  10 max mailboxes
