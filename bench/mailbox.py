@@ -12,7 +12,7 @@ latency, server CPU per pair (psutil on the server process) and server RSS per i
 With `--redis`, Burrow also runs as `--replicas` replicas (e.g. 1,2) sharing one redis-server (AOF,
 appendfsync always, as durable as the SQLite default): side A of every pair talks to the first replica
 and side B to the last, so with 2 replicas every message crosses replicas through Redis. CPU per pair
-is then summed over every replica and redis-server.
+is then summed over every replica and redis-server, and split per process in the replica table.
 
     python bench/mailbox.py [--concurrency 50,200] [--paced 200] [--think-ms 200] [--pairs 600]
                             [--seconds 6] [--idle 1000] [--procs 1] [--only burrow|reference]
@@ -182,17 +182,19 @@ async def measure(dep: Deployment, args: argparse.Namespace) -> dict[str, dict[s
         await loop.run_in_executor(None, parallel_load, pool, procs, port, procs * 2, procs * 4, 5, 0.0,
                                    port_b)  # warm-up
         for label, n, think in cases(args):
-            c0 = sum(cpu(p) for p in every)
+            c0 = [cpu(p) for p in every]
             h0 = server_latency_buckets(port)
             r = await loop.run_in_executor(None, parallel_load, pool, procs, port, n, args.pairs, args.seconds,
                                            think, port_b)
-            used = sum(cpu(p) for p in every) - c0
+            each = [cpu(p) - c for p, c in zip(every, c0, strict=True)]
+            used = sum(each)
             h1 = server_latency_buckets(port)
             done = max(1, r["pairs"])
             results[label] = {"pairs": r["pairs"], "failed": r["failed"], "pairs_s": r["pairs"] / r["seconds"],
                               "p50_ms": pct(r["latencies"], 0.50) * 1000,
                               "p99_ms": pct(r["latencies"], 0.99) * 1000,
-                              "cpu_ms_pair": used / done * 1000}
+                              "cpu_ms_pair": used / done * 1000,
+                              "cpu_split": tuple(round(x / done * 1000, 2) for x in each)}
             if h0 is not None and h1 is not None:
                 results[label]["server_p99_ms"] = bucket_quantile(h0, h1, 0.99) * 1000
             await asyncio.sleep(0.5)
@@ -209,18 +211,20 @@ def run(which: str, args: argparse.Namespace, tmp: str) -> dict[str, dict[str, f
 
 def replica_table(res: dict, args: argparse.Namespace) -> str:
     """One row per case and deployment: Burrow on SQLite and on Redis replicas beside the reference."""
-    rows = ["| case | deployment | pairs/s | p50 / p99 add-to-delivery (ms) | CPU per pair (ms) | "
-            "vs reference: pairs/s, CPU |", "|---|---|---:|---:|---:|---:|"]
+    rows = ["| case | deployment | pairs/s | p50 / p99 add-to-delivery (ms) | CPU per pair (ms) | split (ms) | "
+            "vs reference: pairs/s, CPU |", "|---|---|---:|---:|---:|---|---:|"]
     for label, _, _ in cases(args):
         ref = res.get("reference", {}).get(label)
         for side, r in res.items():
             r = r[label]
             vs = (f"{r['pairs_s'] / ref['pairs_s']:.1f}x, {r['cpu_ms_pair'] / ref['cpu_ms_pair']:.2f}x"
                   if ref and ref["pairs_s"] and side != "reference" else "")
+            split = " + ".join(f"{x:.2f}" for x in r["cpu_split"]) if len(r["cpu_split"]) > 1 else ""
             rows.append(f"| {label} | {side} | {r['pairs_s']:.0f} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} | "
-                        f"{r['cpu_ms_pair']:.2f} | {vs} |")
-    return "\n".join(rows) + ("\n\nCPU per pair is summed over every replica and redis-server; 'vs reference' "
-                              "is burrow/reference (pairs/s: higher is better; CPU: lower is better).")
+                        f"{r['cpu_ms_pair']:.2f} | {split} | {vs} |")
+    return "\n".join(rows) + ("\n\nCPU per pair is summed over every replica and redis-server (the split: each "
+                              "replica, then redis-server); 'vs reference' is burrow/reference (pairs/s: higher is "
+                              "better; CPU: lower is better).")
 
 
 def table(ours: dict, ref: dict, args: argparse.Namespace) -> str:
@@ -273,7 +277,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, 1-min load average {load_before:.1f} before, "
           f"{os.getloadavg()[0]:.1f} after (other work on the machine skews latency)")
     for s, r in res.items():
-        print(s, {k: {kk: round(vv, 2) for kk, vv in v.items()} for k, v in r.items()})
+        print(s, {k: {kk: vv if isinstance(vv, tuple) else round(vv, 2) for kk, vv in v.items()} for k, v in r.items()})
     if "burrow" in res and "reference" in res:
         print()
         print(table(res["burrow"], res["reference"], args))

@@ -35,6 +35,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from redis.exceptions import NoScriptError, ResponseError
@@ -58,6 +59,7 @@ APPS = key(SERVICE, "apps")  # every app id seen, for pruning and the totals beh
 STATS_INTERVAL = 1.0  # seconds between refreshes of the totals (metrics, --max-mailboxes, --max-stored-bytes)
 CLOSE_WAIT = 5.0  # seconds close() waits for each step of the shutdown
 PRUNE_BATCH = 500  # mailboxes one prune call deletes at most
+FUSE_MAX = 32  # consecutive ops of one app run by one script call at most (bounds the time Redis is busy with it)
 NEW_EXCHANGE = (ListNames, Allocate, Claim)
 OPS = {ListNames: "list", Allocate: "allocate", Claim: "claim", Release: "release", Open: "open", Add: "add",
        Close: "close"}
@@ -207,9 +209,12 @@ class RedisStore:
             self._queue[:0] = again
             self._wake.set()
 
-    def _commands(self, jobs: list[Job], new_apps: set[str]) -> list[tuple]:
+    def _commands(self, groups: list[list[Job]], new_apps: set[str]) -> list[tuple]:
+        """One script call per group: a group of several ops sends an array of their arguments."""
         commands = [("SADD", APPS, app) for app in new_apps]
-        commands += [("EVALSHA", self._sha, 1, app_prefix(j.req.op.app), _packed(self._args(j))) for j in jobs]
+        for g in groups:
+            args = self._args(g[0]) if len(g) == 1 else [self._args(j) for j in g]
+            commands.append(("EVALSHA", self._sha, 1, app_prefix(g[0].req.op.app), _packed(args)))
         return commands
 
     async def _run_pipeline(self, jobs: list[Job], new_apps: set[str]) -> list[Job]:
@@ -218,8 +223,9 @@ class RedisStore:
             if not await self._bus(app).wait_ready():
                 self._hold([j for j in jobs if j.req.op.app == app])
                 jobs = [j for j in jobs if j.req.op.app != app]
+        groups = _fused(jobs)
         pipe = self.link.client.pipeline(transaction=False)
-        for command in self._commands(jobs, new_apps):
+        for command in self._commands(groups, new_apps):
             pipe.execute_command(*command)
         try:
             replies = await self.link.timed(pipe.execute(raise_on_error=False))
@@ -227,12 +233,13 @@ class RedisStore:
             self._hold(jobs)
             return []
         self._known_apps |= new_apps
-        return self._answer(jobs, replies[len(new_apps):])
+        return self._answer(groups, replies[len(new_apps):])
 
     async def _run_lean(self, jobs: list[Job], new_apps: set[str]) -> list[Job]:
         """One write on the lean connection; the replies are answered the moment they are parsed, so a
         message this replica added reaches its local subscribers in order with those pushed from others."""
         finished = asyncio.get_running_loop().create_future()
+        groups = _fused(jobs)
 
         def done(replies) -> None:
             if finished.done():
@@ -242,7 +249,7 @@ class RedisStore:
                 return
             self._known_apps |= new_apps
             try:
-                finished.set_result(self._answer(jobs, replies[len(new_apps):]))
+                finished.set_result(self._answer(groups, replies[len(new_apps):]))
             except Exception as exc:
                 finished.set_exception(exc)
 
@@ -253,7 +260,7 @@ class RedisStore:
             opening = {j.req.op.app for j in jobs if type(j.req.op) is Open}
             if opening:
                 await self.link.timed(self._subscribe(conn, opening))
-            commands = self._commands(jobs, new_apps)
+            commands = self._commands(groups, new_apps)
             if not conn.has_room(len(commands)):
                 await self.link.timed(conn.wait_room(len(commands)))
             conn.submit(commands, done)
@@ -262,10 +269,16 @@ class RedisStore:
             self._hold(jobs)
             return []
 
-    def _answer(self, jobs: list[Job], replies: list) -> list[Job]:
+    def _answer(self, groups: list[list[Job]], replies: list) -> list[Job]:
         """Answer each job from its script's reply; the jobs to run again once the script is loaded."""
         again = []
-        for j, reply in zip(jobs, replies, strict=True):
+        pairs: list[tuple[Job, Any]] = []
+        for g, reply in zip(groups, replies, strict=True):
+            if len(g) == 1 or isinstance(reply, Exception):  # a failed call failed every op in it
+                pairs += [(j, reply) for j in g]
+            else:
+                pairs += zip(g, reply, strict=True)
+        for j, reply in pairs:
             if _noscript(reply):  # Redis restarted without its script cache
                 again.append(j)
             elif isinstance(reply, (ResponseError, ReplyError)):
@@ -532,6 +545,18 @@ class RedisStore:
 
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _fused(jobs: list[Job]) -> list[list[Job]]:
+    """Runs of consecutive jobs of one app (one key slot), at most FUSE_MAX long: each is one script call,
+    in the submitted order, so every op still sees the ones before it."""
+    groups: list[list[Job]] = []
+    for j in jobs:
+        if groups and len(groups[-1]) < FUSE_MAX and groups[-1][0].req.op.app == j.req.op.app:
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    return groups
 
 
 def _packed(args: list) -> str:

@@ -396,3 +396,49 @@ def test_message_of_a_side_that_left_mid_add_reaches_the_other_side(replicas):
         return got
 
     assert asyncio.run(main()) == [("a", "last")]
+
+
+def test_a_burst_of_ops_runs_in_few_script_calls_with_each_reply_to_its_op(tmp_path, redis):
+    """Two sides on one replica add back to back past the mailbox's message limit: the replica runs the
+    queued ops of the app together in one script call, and each op still gets its own answer (the
+    refused adds their error, to the side that sent them), in one order for both sides."""
+    limit, n = 30, 20
+    r1 = start_replica(tmp_path, redis.url, "r1", "--max-messages-per-mailbox", str(limit))
+
+    async def side(ws, name: str) -> tuple[list[str], list[str]]:
+        """Until every add is answered (a message back or an error): the messages seen, the refused phases."""
+        seen, refused, mine = [], [], 0
+        while mine + len(refused) < n or len(seen) < limit:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), 15))
+            if msg["type"] == "message":
+                seen.append(msg["phase"])
+                mine += msg["side"] == name
+            elif msg["type"] == "error":
+                assert msg["error"] == "mailbox is full", msg
+                refused.append(msg["orig"]["phase"])
+        return seen, refused
+
+    async def main():
+        a, mailbox = await _opened(r1.url, "a")
+        b, _ = await _opened(r1.url, "b", mailbox)
+        await asyncio.sleep(0.2)  # both opens done: what follows is only adds
+        redis.cli("CONFIG", "RESETSTAT")
+        for i in range(n):
+            await a.send(json.dumps({"type": "add", "phase": f"a{i}", "body": "00"}))
+            await b.send(json.dumps({"type": "add", "phase": f"b{i}", "body": "00"}))
+        got = await asyncio.gather(side(a, "a"), side(b, "b"))
+        await a.close()
+        await b.close()
+        return got
+
+    try:
+        (seen_a, refused_a), (seen_b, refused_b) = asyncio.run(main())
+    finally:
+        r1.stop()
+    assert seen_a == seen_b and len(seen_a) == limit
+    for name, refused in (("a", refused_a), ("b", refused_b)):
+        kept = [p for p in seen_a if p[0] == name]
+        assert kept + refused == [f"{name}{i}" for i in range(n)]  # each side's adds kept in order, then refused
+    stats = redis.cli("INFO", "commandstats")
+    calls = int(next(x for x in stats.splitlines() if x.startswith("cmdstat_evalsha:")).split("calls=")[1].split(",")[0])
+    assert calls < 2 * n  # several ops per script call
