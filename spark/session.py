@@ -10,6 +10,7 @@ DEFAULT_MASTER = "local[*]"
 # Whole-stage code for the wide event rows makes methods above HotSpot's 8000-byte JIT limit; let the
 # JIT compile them anyway. The parallel collector suits a batch job's throughput.
 JAVA_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
+JAVA_OPTIONS_ENV = "BURROW_SPARK_JAVA_OPTIONS"  # replaces JAVA_OPTIONS for the local-mode driver
 
 
 def spark_session(master: str | None = None, app_name: str = "burrow-report",
@@ -27,7 +28,7 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
         builder = builder.master(master or DEFAULT_MASTER)
     if not submitted:
         builder = (builder.config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
-                   .config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
+                   .config("spark.driver.extraJavaOptions", os.environ.get(JAVA_OPTIONS_ENV, JAVA_OPTIONS))
                    .config("spark.ui.showConsoleProgress", "false")
                    # several input splits per core keep both cores busy to the end of the parse
                    .config("spark.sql.files.maxPartitionBytes", str(32 << 20)))
