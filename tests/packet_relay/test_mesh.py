@@ -92,6 +92,36 @@ async def test_a_forwarded_packet_is_never_forwarded_again(tmp_path):
             assert n1.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') == before
 
 
+async def test_forwarded_and_local_packets_to_one_client_keep_their_order(tmp_path):
+    """One read holding SendPackets (queued for b) and runs of ForwardPackets (written to b at once):
+    b gets every packet in the order the relay read them, local ones queued earlier first."""
+    from burrow.wire.derp import frames as f
+    from burrow.wire.derp.handshake import ClientInfoJSON
+
+    with Mesh(tmp_path, n=1) as mesh:
+        (n0,) = mesh.nodes
+        async with started(n0.client(), n0.client()) as (a, b):
+            await exchange(a, b, b"b is known")
+            m = n0.client(reconnect=False)  # a mesh-key holder may send both kinds of frame
+            m.info = ClientInfoJSON(mesh_key=n0.mesh_key_file.read_text().strip())
+            await m.start()
+            try:
+                frames, want = [], []
+                for i in range(300):
+                    if i % 7 < 3:  # runs of local packets between runs of forwarded ones
+                        frames.append(f.SendPacket(b.public_key, b"local %d" % i).encode())
+                        want.append((m.public_key, b"local %d" % i))
+                    else:
+                        frames.append(f.ForwardPacket(a.public_key, b.public_key, b"forwarded %d" % i).encode())
+                        want.append((a.public_key, b"forwarded %d" % i))
+                m._link.write(b"".join(frames))
+                got = [await b.recv(timeout=5) for _ in want]
+                assert got == want
+            finally:
+                await m.close()
+        assert n0.metric("burrow_relay_mesh_packets_total", 'direction="from_peer"') == 171  # the forwarded ones
+
+
 async def test_a_killed_node_heals_and_traffic_resumes(tmp_path):
     with Mesh(tmp_path) as mesh:
         mesh.wait_meshed()
