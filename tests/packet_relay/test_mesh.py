@@ -122,6 +122,29 @@ async def test_forwarded_and_local_packets_to_one_client_keep_their_order(tmp_pa
         assert n0.metric("burrow_relay_mesh_packets_total", 'direction="from_peer"') == 171  # the forwarded ones
 
 
+async def test_packets_of_every_size_cross_the_mesh_whole_and_in_order_beside_local_traffic(tmp_path):
+    """a (node 0) -> mesh -> b (node 1) while c (node 1) sends to b too: every payload size arrives
+    byte for byte, and each sender's packets in the order it sent them."""
+    with Mesh(tmp_path, n=2) as mesh:
+        mesh.wait_meshed()
+        n0, n1 = mesh.nodes
+        async with started(n0.client(), n1.client(), n1.client()) as (a, b, c):
+            await exchange(a, b, b"route known")
+            await exchange(c, b, b"local route known")
+            sizes = [0, 1, 31, 32, 33, 1200, 1500, 16 * 1024 - 69, 16 * 1024, 65535, 65536] * 3
+            sent = {a.public_key: [], c.public_key: []}
+            for i, n in enumerate(sizes):
+                for sender in (a, c):
+                    payload = (b"%d:" % i + bytes([i]) * n)[:n] if n < 8 else b"%5d:" % i + bytes([i]) * (n - 6)
+                    await sender.send(b.public_key, payload)
+                    sent[sender.public_key].append(payload)
+            got = {a.public_key: [], c.public_key: []}
+            for _ in range(2 * len(sizes)):
+                src, payload = await b.recv(timeout=10)
+                got[src].append(payload)
+            assert got == sent
+
+
 async def test_a_killed_node_heals_and_traffic_resumes(tmp_path):
     with Mesh(tmp_path) as mesh:
         mesh.wait_meshed()
