@@ -46,6 +46,7 @@ CONNECT_TIMEOUT = 10.0            # TCP + TLS + upgrade + DERP handshake
 PING_INTERVAL = 10.0              # a Ping this often; a link silent for 3 intervals is dead
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 _pack_header = _HEADER.pack
+FLUSH_AT = 64 * 1024              # bytes after which the link writes at once instead of at the end of the pass
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ class MeshLink(asyncio.Protocol):
                 sender.transport.pause_reading()  # back-pressure: the peer is behind
                 self.held.append(sender)
                 self.mesh.stats.mesh_held += 1
+        elif len(self._out) >= FLUSH_AT:
+            self.flush()  # a big read batch goes out in pieces while its bytes are still in the cache
         elif not self.flush_pending:
             self.flush_pending = True
             self.mesh.server.mark_dirty(self)
