@@ -3,7 +3,8 @@
 in:  socket bytes; out: socket bytes. TLS is an ssl.MemoryBIO session (tlsio.py), WebSocket framing
 and DERP live in protocol/; this file only moves bytes between them, the registry and the timers.
 Writes are batched: deliver() queues, and one call_soon per loop pass flushes every dirty client
-with a single write each (the send side is peer.py, shared with the iroh connection).
+with a single write each (the send side is peer.py, shared with the iroh connection); the packets one
+mesh read holds for a client go out at once in one write (deliver_frames).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the mesh key, sends WatchConns and feeds PeerPresent / PeerGone into the Forward
 back-off (0.5 s doubling to 5 s, jittered); the peer's list after WatchConns resyncs the table.
 
 A packet for a key held by a peer goes out on that link as ForwardPacket. Writes are batched (one
-write per loop pass, like every client connection). While the peer is not reading (the link's socket
+write per loop pass, like every client connection, or per 64 KiB when a read brings more). While the peer is not reading (the link's socket
 buffer is full) every client that sends into the link has its reading paused until the link drains,
 as derper's blocking mesh write does: a fast sender is slowed to what the mesh carries instead of
 losing most of its packets. What arrives meanwhile waits, up to `MAX_BACKLOG` bytes per link; beyond
