@@ -3,7 +3,8 @@
 in:  socket bytes; out: socket bytes. TLS is an ssl.MemoryBIO session (tlsio.py), WebSocket framing
 and DERP live in protocol/; this file only moves bytes between them, the registry and the timers.
 Writes are batched: deliver() queues, and one call_soon per loop pass flushes every dirty client
-with a single write each (the send side is peer.py, shared with the iroh connection).
+with a single write each (the send side is peer.py, shared with the iroh connection); the packets one
+mesh read holds for a client go out at once in one write (deliver_frames).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import random
 import time
 
 from burrow.wire.derp import frames as f
-from burrow.wire.derp.connection import ClientHello, ServerConnection, Throttled
+from burrow.wire.derp.connection import ClientHello, Forwarded, ServerConnection, Throttled
 from burrow.wire.errors import WireError
 from burrow.wire.http import HttpError, RequestReader, response
 from burrow.wire.websocket import WebSocketStream
@@ -28,6 +29,7 @@ HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
 KEEPALIVE_JITTER = 5.0  # seconds at most (derper: 60 s + rand(5 s)); a tenth of shorter intervals
 _RECV_HDR = f.RECV_PACKET
+_RECV_OVERHEAD = f.FRAME_HEADER_LEN + f.KEY_LEN  # a RecvPacket frame's bytes around its payload
 
 
 class RelayConn(Peer):
@@ -138,7 +140,17 @@ class RelayConn(Peer):
         now = 0.0
         packets = nbytes = fwd_packets = fwd_bytes = meshed = 0
         for ev in events:
-            if type(ev) is forward_packet and self.mesh:
+            if type(ev) is Forwarded:  # from a peer relay, ready RecvPacket frames: delivered here or dropped
+                meshed += ev.packets
+                active = registry.active
+                for dst, frames in ev.frames.items():
+                    receiver = active(dst)
+                    if receiver is None:
+                        self.server.stats.drop(self.protocol, "unknown_dest_on_fwd", len(frames))
+                    else:
+                        fwd_bytes += receiver.deliver_frames(frames)
+                        fwd_packets += len(frames)
+            elif type(ev) is forward_packet and self.mesh:
                 # from a peer relay: delivered here or dropped, never forwarded again
                 meshed += 1
                 receiver = registry.active(ev.dst)
@@ -210,6 +222,7 @@ class RelayConn(Peer):
             self.machine.max_frame_len += f.KEY_LEN + 4
             self.machine.rate = None  # peer relays are exempt from the per-client rate limit
             self.machine.mesh_extensions = True
+            self.machine.recv_frames = True
             refusal = None
         else:
             refusal = await server.access.check(hello.key, self.peer_ip)
@@ -272,6 +285,31 @@ class RelayConn(Peer):
             self._drop("queue_head")
         if not self.flush_pending:
             self._schedule_flush()
+
+    def deliver_frames(self, frames: list[bytes]) -> int:
+        """RecvPacket frames from one mesh read for this client; returns their payload bytes. While the
+        client keeps up they go out with whatever is queued in one write now (one encryption, one send,
+        however many packets the read held); while it is behind they queue like any packet (drop-oldest)."""
+        n = len(frames)
+        nbytes = sum(map(len, frames)) - n * _RECV_OVERHEAD
+        queue = self.queue
+        if self.paused or self.phase != "derp":
+            push = queue.push_packet
+            for frame in frames:
+                if push(frame, len(frame) - _RECV_OVERHEAD):
+                    self._drop("queue_head")
+            if not self.flush_pending:
+                self._schedule_flush()
+            return nbytes
+        if len(queue):  # what was queued before goes first
+            queued, packets, qbytes = queue.drain()
+            frames.insert(0, queued)
+            self.packets_out += packets
+            self.bytes_out += qbytes
+        self.packets_out += n
+        self.bytes_out += nbytes
+        self._out(b"".join(frames))
+        return nbytes
 
     def peer_gone(self, key: bytes, reason: int) -> None:
         self.control(f.PeerGone(key, reason).encode())

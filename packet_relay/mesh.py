@@ -11,7 +11,7 @@ the mesh key, sends WatchConns and feeds PeerPresent / PeerGone into the Forward
 back-off (0.5 s doubling to 5 s, jittered); the peer's list after WatchConns resyncs the table.
 
 A packet for a key held by a peer goes out on that link as ForwardPacket. Writes are batched (one
-write per loop pass, like every client connection). While the peer is not reading (the link's socket
+write per loop pass, like every client connection, or per 64 KiB when a read brings more). While the peer is not reading (the link's socket
 buffer is full) every client that sends into the link has its reading paused until the link drains,
 as derper's blocking mesh write does: a fast sender is slowed to what the mesh carries instead of
 losing most of its packets. What arrives meanwhile waits, up to `MAX_BACKLOG` bytes per link; beyond
@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from burrow.wire.derp.frames import _HEADER, FORWARD_PACKET, KEY_LEN
 from burrow.wire.proxy_protocol import encode_v2
 
 from .interfaces import MeshHost
@@ -44,6 +45,8 @@ HIGH_WATER = 1024 * 1024          # transport buffer at which the link stops wri
 CONNECT_TIMEOUT = 10.0            # TCP + TLS + upgrade + DERP handshake
 PING_INTERVAL = 10.0              # a Ping this often; a link silent for 3 intervals is dead
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
+_pack_header = _HEADER.pack
+FLUSH_AT = 64 * 1024              # bytes after which the link writes at once instead of at the end of the pass
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,8 @@ class MeshLink(asyncio.Protocol):
         self.synced = False
         self.connects = 0
         self.last_error = ""
-        self._out: list[bytes] = []
-        self.backlog = 0
+        self._out = bytearray()         # ForwardPacket frames waiting for the next flush, at most MAX_BACKLOG
+        self.packets = 0                 # how many frames _out holds
         self.paused = False
         self.flush_pending = False
         self.held: list = []          # senders whose reading waits for this link to drain
@@ -106,29 +109,40 @@ class MeshLink(asyncio.Protocol):
 
     # ---- the hot path: the registry (DERP) and the iroh service call these for keys the table maps here
     def forward(self, src: bytes, dst: bytes, payload: bytes, sender=None) -> bool:
-        return self._queue(MeshSession.forward_head(src, dst, len(payload)), payload, sender)
+        """Append one ForwardPacket frame to the link's outgoing bytes (the payload is copied once)."""
+        out = self._out
+        if self.state != "live" or len(out) > MAX_BACKLOG:
+            return self._refuse()
+        out += _pack_header(FORWARD_PACKET, 2 * KEY_LEN + len(payload))
+        out += src
+        out += dst
+        out += payload
+        return self._queued(sender)
 
     def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes, sender=None) -> bool:
         """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""
-        return self._queue(MeshSession.forward_iroh_head(src, dst, kind, len(body)), body, sender)
-
-    def _queue(self, head: bytes, body: bytes, sender) -> bool:
-        if self.state != "live":
-            self.mesh.stats.drops[("mesh", "mesh_down")] += 1
-            return False
-        if self.backlog > MAX_BACKLOG:
-            self.mesh.stats.drops[("mesh", "mesh_backlog")] += 1
-            return False
         out = self._out
-        out.append(head)
-        out.append(body)  # joined once per flush: the body is copied once
-        self.backlog += len(head) + len(body)
+        if self.state != "live" or len(out) > MAX_BACKLOG:
+            return self._refuse()
+        out += MeshSession.forward_iroh_head(src, dst, kind, len(body))
+        out += body
+        return self._queued(sender)
+
+    def _refuse(self) -> bool:
+        reason = "mesh_down" if self.state != "live" else "mesh_backlog"
+        self.mesh.stats.drops[("mesh", reason)] += 1
+        return False
+
+    def _queued(self, sender) -> bool:
+        self.packets += 1
         self.mesh.stats.mesh_out += 1
         if self.paused:
             if sender is not None and sender not in self.held and sender.transport is not None:
                 sender.transport.pause_reading()  # back-pressure: the peer is behind
                 self.held.append(sender)
                 self.mesh.stats.mesh_held += 1
+        elif len(self._out) >= FLUSH_AT:
+            self.flush()  # a big read batch goes out in pieces while its bytes are still in the cache
         elif not self.flush_pending:
             self.flush_pending = True
             self.mesh.server.mark_dirty(self)
@@ -145,7 +159,7 @@ class MeshLink(asyncio.Protocol):
         self.flush_pending = False
         if self.paused or not self._out or self.transport is None:
             return
-        data, self._out, self.backlog = b"".join(self._out), [], 0
+        data, self._out, self.packets = self._out, bytearray(), 0
         self.transport.write(data)
 
     # ---- life cycle
@@ -271,8 +285,8 @@ class MeshLink(asyncio.Protocol):
         lost = self.mesh.table.link_lost(self)
         if self.state == "live":
             log.info("mesh link %s down (%d keys forgotten)", self.target.label, lost)
-            self.mesh.stats.drops[("mesh", "mesh_down")] += len(self._out) // 2  # head and body per packet
-        self._out, self.backlog, self.paused, self.transport = [], 0, False, None
+            self.mesh.stats.drops[("mesh", "mesh_down")] += self.packets
+        self._out, self.packets, self.paused, self.transport = bytearray(), 0, False, None
         self._release()
         if self.state not in ("self", "stopped"):
             self.state = "down"

@@ -122,8 +122,3 @@ class MeshSession:
     def forward_iroh_head(src: bytes, dst: bytes, kind: int, size: int) -> bytes:
         """A ForwardIroh frame up to the datagram frame's body (which follows unchanged)."""
         return f.header(f.FORWARD_IROH, 2 * f.KEY_LEN + 1 + size) + src + dst + bytes([kind])
-
-    @staticmethod
-    def forward_head(src: bytes, dst: bytes, size: int) -> bytes:
-        """A ForwardPacket frame up to its payload (which follows unchanged)."""
-        return f.header(f.FORWARD_PACKET, 2 * f.KEY_LEN + size) + src + dst

@@ -92,6 +92,59 @@ async def test_a_forwarded_packet_is_never_forwarded_again(tmp_path):
             assert n1.metric("burrow_relay_mesh_packets_total", 'direction="to_peer"') == before
 
 
+async def test_forwarded_and_local_packets_to_one_client_keep_their_order(tmp_path):
+    """One read holding SendPackets (queued for b) and runs of ForwardPackets (written to b at once):
+    b gets every packet in the order the relay read them, local ones queued earlier first."""
+    from burrow.wire.derp import frames as f
+    from burrow.wire.derp.handshake import ClientInfoJSON
+
+    with Mesh(tmp_path, n=1) as mesh:
+        (n0,) = mesh.nodes
+        async with started(n0.client(), n0.client()) as (a, b):
+            await exchange(a, b, b"b is known")
+            m = n0.client(reconnect=False)  # a mesh-key holder may send both kinds of frame
+            m.info = ClientInfoJSON(mesh_key=n0.mesh_key_file.read_text().strip())
+            await m.start()
+            try:
+                frames, want = [], []
+                for i in range(300):
+                    if i % 7 < 3:  # runs of local packets between runs of forwarded ones
+                        frames.append(f.SendPacket(b.public_key, b"local %d" % i).encode())
+                        want.append((m.public_key, b"local %d" % i))
+                    else:
+                        frames.append(f.ForwardPacket(a.public_key, b.public_key, b"forwarded %d" % i).encode())
+                        want.append((a.public_key, b"forwarded %d" % i))
+                m._link.write(b"".join(frames))
+                got = [await b.recv(timeout=5) for _ in want]
+                assert got == want
+            finally:
+                await m.close()
+        assert n0.metric("burrow_relay_mesh_packets_total", 'direction="from_peer"') == 171  # the forwarded ones
+
+
+async def test_packets_of_every_size_cross_the_mesh_whole_and_in_order_beside_local_traffic(tmp_path):
+    """a (node 0) -> mesh -> b (node 1) while c (node 1) sends to b too: every payload size arrives
+    byte for byte, and each sender's packets in the order it sent them."""
+    with Mesh(tmp_path, n=2) as mesh:
+        mesh.wait_meshed()
+        n0, n1 = mesh.nodes
+        async with started(n0.client(), n1.client(), n1.client()) as (a, b, c):
+            await exchange(a, b, b"route known")
+            await exchange(c, b, b"local route known")
+            sizes = [0, 1, 31, 32, 33, 1200, 1500, 16 * 1024 - 69, 16 * 1024, 65535, 65536] * 3
+            sent = {a.public_key: [], c.public_key: []}
+            for i, n in enumerate(sizes):
+                for sender in (a, c):
+                    payload = (b"%d:" % i + bytes([i]) * n)[:n] if n < 8 else b"%5d:" % i + bytes([i]) * (n - 6)
+                    await sender.send(b.public_key, payload)
+                    sent[sender.public_key].append(payload)
+            got = {a.public_key: [], c.public_key: []}
+            for _ in range(2 * len(sizes)):
+                src, payload = await b.recv(timeout=10)
+                got[src].append(payload)
+            assert got == sent
+
+
 async def test_a_killed_node_heals_and_traffic_resumes(tmp_path):
     with Mesh(tmp_path) as mesh:
         mesh.wait_meshed()

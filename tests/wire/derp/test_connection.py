@@ -13,6 +13,7 @@ from burrow.wire.derp.connection import (
     ClientConnection,
     ClientHello,
     Connected,
+    Forwarded,
     ServerConnection,
     Throttled,
 )
@@ -108,6 +109,45 @@ def test_established_events_and_unknown_frames_skipped():
     events = server.receive_data(data, 1.0)
     assert events == [f.SendPacket(bytes(32), b"pkt"), f.NotePreferred(True), f.Ping(b"abcdefgh")]
     assert server.unknown_frames == 1
+
+
+def test_forwarded_frames_are_the_recv_packets_byte_for_byte_in_order():
+    """A peer relay's ForwardPackets come out as the exact RecvPacket frames the slow path builds, per
+    destination in arrival order, and a frame between two runs keeps its place between them."""
+    server, client = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
+    handshake(server, client)
+    server.recv_frames = True
+    a, b, src = b"\xaa" * 32, b"\xbb" * 32, b"\x5c" * 32
+    sizes = [0, 1, 31, 32, 33, 1200, 1500, 16 * 1024 - 69, 16 * 1024, 65535, 65536]
+    first = [f.ForwardPacket(src, (a, b)[i % 2], bytes([i]) * n) for i, n in enumerate(sizes)]
+    second = [f.ForwardPacket(src, a, b"after the ping %d" % i) for i in range(3)]
+    data = b"".join(p.encode() for p in first) + f.Ping(b"12345678").encode() + b"".join(p.encode() for p in second)
+    events = []
+    for i in range(0, len(data), 7000):  # any chunking
+        events += server.receive_data(data[i:i + 7000], 1.0)
+    ping = events.index(f.Ping(b"12345678"))
+    before, after = events[:ping], events[ping + 1:]
+    assert before and after and all(type(e) is Forwarded for e in before + after)
+
+    def expected(packets):
+        want: dict = {}
+        for p in packets:
+            want.setdefault(p.dst, []).append(f.RecvPacket(p.src, p.payload).encode())
+        return want
+
+    def merged(runs):
+        got: dict = {}
+        for run in runs:
+            for dst, frames in run.frames.items():
+                got.setdefault(dst, []).extend(frames)
+        return got
+
+    assert merged(before) == expected(first) and sum(r.packets for r in before) == len(first)
+    assert merged(after) == expected(second) and sum(r.packets for r in after) == len(second)
+    # without recv_frames (any other connection) they stay ForwardPacket events
+    plain, client2 = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
+    handshake(plain, client2)
+    assert plain.receive_data(second[0].encode(), 1.0) == [second[0]]
 
 
 def test_packet_size_limit_after_handshake():
