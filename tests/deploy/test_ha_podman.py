@@ -227,24 +227,11 @@ def test_derp_clients_on_the_two_relays_exchange_packets_through_the_mesh(ha):
     import asyncio
 
     from burrow.client.derp import DerpClient
+    from tests.packet_relay.mesh_util import exchange  # resends (bounded) until the peer relay knows the key
 
     deadline = time.monotonic() + 60
     for relay in RELAYS:
         wait_until(f"{relay} meshed with the other relay", lambda r=relay: mesh_peers_up(ha, r), deadline, ha.stack)
-
-    async def exchange(a: DerpClient, b: DerpClient, payload: bytes) -> None:
-        # Bounded: the other relay learns b's key a moment after b connects, so resend until one arrives.
-        for _ in range(100):
-            await a.send(b.public_key, payload)
-            try:
-                while True:
-                    src, got = await b.recv(timeout=0.2)
-                    if got == payload:
-                        assert src == a.public_key
-                        return
-            except TimeoutError:
-                continue
-        pytest.fail(f"{payload!r} never arrived\n{ha.stack.logs()}")
 
     async def both_ways() -> None:
         # the compose default is a self-signed certificate per relay
