@@ -183,7 +183,7 @@ def test_qad_is_published_where_stun_is():
             assert env.get("BURROW_RELAY_QAD_PORT") == "7842", f"{name} {service}"
             assert env["BURROW_RELAY_DEV_TLS"] == "true" or env.get("BURROW_RELAY_TLS_CERT"), f"{name} {service}"
             assert sum(p.endswith(":7842/udp") and not p.startswith("127.0.0.1:") for p in ports) == 1, ports
-    assert relays == 3  # compose.yaml's relay, compose.mesh.yaml's relay-b, compose.ha.yaml's relay
+    assert relays == 4  # compose.yaml's relay, compose.mesh.yaml's relay-b, compose.ha.yaml's relay-1 and relay-2
     # compose.tls.yaml only swaps the certificate: the port and the variable come from compose.yaml
     tls = yaml.safe_load((DOCKER / "compose.tls.yaml").read_text())["services"]["relay"]
     assert "ports" not in tls and "BURROW_RELAY_QAD_PORT" not in tls["environment"]
@@ -268,3 +268,28 @@ def test_compose_ha_shape():
     require_haproxy()
     check = subprocess.run([HAPROXY, "-c", "-f", str(DOCKER / "haproxy.cfg")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_compose_ha_runs_two_meshed_relays():
+    """compose.ha.yaml: two packet relays meshed over the plain-HTTP port on the compose network (never
+    published), with the shared mesh key as a required file secret; each lists both (a node skips
+    itself) and has its own key volume, event log and host ports."""
+    compose = yaml.safe_load((DOCKER / "compose.ha.yaml").read_text())
+    services = compose["services"]
+    relays = sorted(n for n, svc in services.items() if svc.get("command") == ["relay"])
+    assert relays == ["relay-1", "relay-2"]
+    assert "BURROW_MESH_KEY_FILE:?" in compose["secrets"]["mesh_key"]["file"]
+    envs = [services[r]["environment"] for r in relays]
+    for r, env in zip(relays, envs, strict=True):
+        assert services[r]["secrets"] == ["mesh_key"], r
+        assert env["BURROW_RELAY_MESH_KEY_FILE"] == "/run/secrets/mesh_key", r
+        mesh_port = env["BURROW_RELAY_HTTP_PORT"]
+        assert sorted(env["BURROW_RELAY_MESH_WITH"].split(",")) == [f"http://{n}:{mesh_port}" for n in relays]
+        assert services[r]["expose"] == [mesh_port], r
+        assert not any(p.split(":")[-1].split("/")[0] == mesh_port for p in services[r]["ports"]), r
+        assert f"{r}-data:/var/lib/burrow" in services[r]["volumes"] and f"{r}-data" in compose["volumes"], r
+    assert len({e["BURROW_RELAY_EVENT_LOG"] for e in envs}) == len(relays)
+    assert len({e["BURROW_RELAY_NODE_NAME"] for e in envs}) == len(relays)
+    published = [(p.rsplit(":", 1)[0].rsplit(":", 1)[-1], p.rsplit("/", 1)[-1])
+                 for svc in services.values() for p in svc.get("ports", [])]
+    assert len(published) == len(set(published)), published  # no host port twice

@@ -1,5 +1,6 @@
 """docker/compose.ha.yaml, run through the Docker Engine API (podman serves it, as in the smoke test):
-Redis, two mailbox replicas and two transit relays behind HAProxy, and the relay. Real magic-wormhole 0.24
+Redis, two mailbox replicas and two transit relays behind HAProxy, and two meshed packet relays: a DERP
+client on each relay reaches one on the other, both ways, through the mesh. Real magic-wormhole 0.24
 clients send files through HAProxy (the transit relays too, routed by token) while every mailbox
 container, and then every transit container, is restarted, one at a time, twice over (SIGTERM: the
 replica drains; mailbox clients reconnect through HAProxy to the other one; a transit relay keeps its
@@ -58,7 +59,8 @@ BIN = Path(sys.executable).parent
 SERVER_IMAGE = "localhost/burrow-ha:test"
 MAILBOXES = ["mailbox-1", "mailbox-2"]
 TRANSITS = ["transit-1", "transit-2"]
-SERVICES = ["redis", *MAILBOXES, *TRANSITS, "relay", "haproxy"]  # depends_on order
+RELAYS = ["relay-1", "relay-2"]
+SERVICES = ["redis", *MAILBOXES, *TRANSITS, *RELAYS, "haproxy"]  # depends_on order
 FILE_SIZE = 4 << 20
 TRANSIT_FILE_SIZE = 16 << 20  # longer pairs: more restarts find a pair relaying
 LANES = 2
@@ -128,7 +130,8 @@ def ha(tmp_path_factory):
             image = build(client, "docker/Dockerfile", SERVER_IMAGE, base, pip_url, log)
         standin = standin_image(client, base, log)
         names = ["mailbox", "mailbox-1_admin", "mailbox-2_admin", "transit", "transit_ws", "transit-1_admin",
-                 "transit-2_admin", "relay_https", "relay_admin", "haproxy_admin"]
+                 "transit-2_admin", "relay-1_https", "relay-1_admin", "relay-2_https", "relay-2_admin",
+                 "haproxy_admin"]
         ports = {name: free_port() for name in names}
         env = {
             "BURROW_PUBLISH_MAILBOX": f"127.0.0.1:{ports['mailbox']}",
@@ -139,12 +142,17 @@ def ha(tmp_path_factory):
             "BURROW_PUBLISH_TRANSIT_WS": f"127.0.0.1:{ports['transit_ws']}",
             "BURROW_PUBLISH_TRANSIT_ADMIN": str(ports["transit-1_admin"]),
             "BURROW_PUBLISH_TRANSIT_2_ADMIN": str(ports["transit-2_admin"]),
-            "BURROW_PUBLISH_RELAY_HTTPS": f"127.0.0.1:{ports['relay_https']}",
+            "BURROW_PUBLISH_RELAY_HTTPS": f"127.0.0.1:{ports['relay-1_https']}",
             "BURROW_PUBLISH_RELAY_STUN": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
             "BURROW_PUBLISH_RELAY_QAD": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
-            "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay_admin"]),
+            "BURROW_PUBLISH_RELAY_ADMIN": str(ports["relay-1_admin"]),
+            "BURROW_PUBLISH_RELAY_2_HTTPS": f"127.0.0.1:{ports['relay-2_https']}",
+            "BURROW_PUBLISH_RELAY_2_STUN": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+            "BURROW_PUBLISH_RELAY_2_QAD": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+            "BURROW_PUBLISH_RELAY_2_ADMIN": str(ports["relay-2_admin"]),
             "BURROW_NODE_NAME": "ha",
             "BURROW_PEER_SECRET_FILE": str(peer_secret(work)),
+            "BURROW_MESH_KEY_FILE": str(peer_secret(work, "mesh.key")),
         }
         images = {name: image for name in SERVICES}
         images["redis"] = os.environ.get("BURROW_CI_REDIS_IMAGE", standin)
@@ -157,7 +165,7 @@ def ha(tmp_path_factory):
                     wait_until("redis healthy", lambda: exec_ok(stack, "redis", healthcheck(stack, "redis")),
                                time.monotonic() + 60, stack)
             deadline = time.monotonic() + 120
-            for name in (*MAILBOXES, *TRANSITS, "relay"):
+            for name in (*MAILBOXES, *TRANSITS, *RELAYS):
                 wait_until(f"{name} ready", lambda n=name: ready(f"http://127.0.0.1:{ports[n + '_admin']}"),
                            deadline, stack)
             deployed = HA(client, stack, ports, log)
@@ -170,8 +178,8 @@ def ha(tmp_path_factory):
             stack.down()
 
 
-def peer_secret(work: Path) -> Path:
-    path = work / "transit-peer.secret"
+def peer_secret(work: Path, name: str = "transit-peer.secret") -> Path:
+    path = work / name
     path.write_text(os.urandom(32).hex())
     path.chmod(0o444)
     return path
@@ -206,6 +214,44 @@ def test_every_service_is_healthy_nonroot_and_read_only(ha):
     settings = out.decode().split()
     assert settings[settings.index("appendonly") + 1] == "yes"
     assert settings[settings.index("appendfsync") + 1] == "always"
+
+
+def mesh_peers_up(ha: HA, relay: str) -> bool:
+    """The relay's mesh link to the other one is up: in its metrics and its /readyz detail."""
+    with urllib.request.urlopen(ha.admin(relay) + "/readyz", timeout=5) as r:
+        detail = r.read().decode()
+    return ha.metric(relay, "burrow_relay_mesh_peers_up") == 1 and "mesh: 1/1 peers up" in detail
+
+
+def test_derp_clients_on_the_two_relays_exchange_packets_through_the_mesh(ha):
+    import asyncio
+
+    from burrow.client.derp import DerpClient
+    from tests.packet_relay.mesh_util import exchange  # resends (bounded) until the peer relay knows the key
+
+    deadline = time.monotonic() + 60
+    for relay in RELAYS:
+        wait_until(f"{relay} meshed with the other relay", lambda r=relay: mesh_peers_up(ha, r), deadline, ha.stack)
+
+    async def both_ways() -> None:
+        # the compose default is a self-signed certificate per relay
+        one = DerpClient(f"https://127.0.0.1:{ha.ports['relay-1_https']}", insecure=True, connect_timeout=20)
+        two = DerpClient(f"https://127.0.0.1:{ha.ports['relay-2_https']}", insecure=True, connect_timeout=20)
+        try:
+            await one.start()
+            await two.start()
+            await exchange(one, two, b"relay-1 -> relay-2")
+            await exchange(two, one, b"relay-2 -> relay-1")
+        finally:
+            await one.close()
+            await two.close()
+
+    asyncio.run(both_ways())
+    sample = 'burrow_relay_mesh_packets_total{direction="%s"}'
+    assert ha.metric("relay-1", sample % "to_peer") >= 1 and ha.metric("relay-2", sample % "from_peer") >= 1
+    assert ha.metric("relay-2", sample % "to_peer") >= 1 and ha.metric("relay-1", sample % "from_peer") >= 1
+    for relay in RELAYS:
+        assert mesh_peers_up(ha, relay), relay
 
 
 @dataclass
@@ -268,7 +314,7 @@ class Lane:
 
 def events_of(ha: HA, replica: str) -> str:
     """The replica's event log (on the shared volume, read through another container)."""
-    code, out = ha.stack.containers["relay"].exec_run(["sh", "-c", f"cat /var/log/burrow/{replica}.jsonl"])
+    code, out = ha.stack.containers["relay-1"].exec_run(["sh", "-c", f"cat /var/log/burrow/{replica}.jsonl"])
     assert code == 0, out
     return out.decode()
 
