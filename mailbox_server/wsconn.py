@@ -31,6 +31,7 @@ HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
 CLOSE_GRACE = 2.0  # seconds to wait for the client's close frame / TCP close after ours
 SERVER_HEADER = "Burrow Mailbox"
 _HEADERS = [bytes((0x81, n)) for n in range(126)]  # FIN + text, unmasked, payloads under 126 bytes
+FLUSH_AT = 64 << 10  # queued output (bytes) written at once instead of at the end of the loop tick
 
 
 def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
@@ -90,6 +91,11 @@ class WSConnection(asyncio.Protocol):
         self.close_reason = "client"
         self.fragments: list[bytes] = []
         self.timer: asyncio.TimerHandle | None = None
+        # Frames for this connection queue here during one event-loop tick and go out in one write at
+        # its end (an ack, an echo and deliveries made in one tick: one send() instead of several).
+        self.out: list[bytes] = []
+        self.out_bytes = 0
+        self.out_handle: asyncio.Handle | None = None
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -122,6 +128,10 @@ class WSConnection(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.out.clear()
+        if self.out_handle is not None:
+            self.out_handle.cancel()
+            self.out_handle = None
         if self.timer is not None:
             self.timer.cancel()
         self.host.connection_gone(self)
@@ -176,17 +186,40 @@ class WSConnection(asyncio.Protocol):
     # ---- output ------------------------------------------------------------------------------
     def send_many(self, payloads: list[bytes]) -> None:
         """Text frames, built here: websockets makes a Frame object per message, while a server's frame
-        without extensions (none are negotiated) is a 2-10 byte header and the payload as is."""
+        without extensions (none are negotiated) is a 2-10 byte header and the payload as is. They are
+        queued and written at the end of this loop tick, with whatever else this connection gets in it."""
         t = self.transport
         if self.ws.state is not OPEN or t is None or t.is_closing():
             return
-        frames = self.ws.data_to_send()  # what websockets queued first (a pong), in order
+        out = self.out
+        out.extend(self.ws.data_to_send())  # what websockets queued first (a pong), in order
+        size = self.out_bytes
         for p in payloads:
             n = len(p)
-            frames.append(_HEADERS[n] if n < 126 else (b"\x81\x7e" + n.to_bytes(2, "big") if n < 65536
-                                                       else b"\x81\x7f" + n.to_bytes(8, "big")))
-            frames.append(p)
-        t.write(b"".join(frames))
+            out.append(_HEADERS[n] if n < 126 else (b"\x81\x7e" + n.to_bytes(2, "big") if n < 65536
+                                                    else b"\x81\x7f" + n.to_bytes(8, "big")))
+            out.append(p)
+            size += n
+        self.out_bytes = size
+        if size >= FLUSH_AT:
+            self.write_out()
+        elif self.out_handle is None:
+            self.out_handle = self.host.loop.call_soon(self.write_out)
+
+    def write_out(self) -> None:
+        """Write the queued frames in one transport.write; drop a client whose unread output is too big."""
+        if self.out_handle is not None:
+            self.out_handle.cancel()
+            self.out_handle = None
+        if not self.out:
+            return
+        data = b"".join(self.out)
+        self.out.clear()
+        self.out_bytes = 0
+        t = self.transport
+        if not data or t is None or t.is_closing():
+            return
+        t.write(data)
         if t.get_write_buffer_size() > self.host.max_write_buffer:
             self.host.count_refusal("write_buffer")
             self.close_reason = "limit"
@@ -199,16 +232,12 @@ class WSConnection(asyncio.Protocol):
         chunks = self.ws.data_to_send()
         if chunks:
             eof = chunks[-1] == b""
-            data = b"".join(chunks)
-            if data:
-                t.write(data)
+            self.out.extend(chunks)  # behind the queued frames: a pong or close frame keeps its place
+            self.write_out()
+            if t.is_closing():
+                return
             if eof or self.ws.state is CLOSED:
                 t.close()
-                return
-            if t.get_write_buffer_size() > self.host.max_write_buffer:
-                self.host.count_refusal("write_buffer")
-                self.close_reason = "limit"
-                t.abort()
                 return
         if self.ws.close_expected() and self.timer is None:
             self.timer = self.host.loop.call_later(CLOSE_GRACE, self._force_close)

@@ -339,3 +339,42 @@ async def test_a_handshake_finished_during_the_drain_is_sent_away_at_once(tmp_pa
     writer.close()
     stubborn.close()
     await asyncio.wait_for(stopping, 15)
+
+
+def count_writes(conn) -> list[bytes]:
+    """The bytes of each transport.write of this (real) connection, in order."""
+    writes: list[bytes] = []
+    real = conn.transport.write
+
+    def write(data):
+        writes.append(bytes(data))
+        real(data)
+    conn.transport.write = write
+    return writes
+
+
+async def test_frames_of_one_tick_go_out_in_order_in_one_write(server):
+    async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
+        await recv(ws)
+        (conn,) = server.conns.values()
+        writes = count_writes(conn)
+        conn.send_many([b'{"n": 1}'])
+        conn.send_many([b'{"n": 2}', b'{"n": 3}' + b" " * 200])  # a longer header too
+        assert writes == []  # queued until the end of this tick
+        got = [json.loads(await asyncio.wait_for(ws.recv(), 5)) for _ in range(3)]
+        assert [g["n"] for g in got] == [1, 2, 3]
+        assert len(writes) == 1
+
+
+async def test_a_close_after_queued_frames_delivers_them_first(server):
+    async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
+        await recv(ws)
+        (conn,) = server.conns.values()
+        writes = count_writes(conn)
+        conn.send_many([b'{"n": 1}', b'{"n": 2}'])
+        conn.drop("shutdown", "bye", 1012)
+        assert [json.loads(await asyncio.wait_for(ws.recv(), 5))["n"] for _ in range(2)] == [1, 2]
+        with pytest.raises(ConnectionClosed) as info:
+            await asyncio.wait_for(ws.recv(), 5)
+        assert info.value.rcvd.code == 1012
+        assert len(writes) == 1  # the frames and the close frame together
