@@ -158,7 +158,8 @@ class WSConnection(asyncio.Protocol):
             # The handshake parser's generator frame keeps the whole Request (headers) alive for the
             # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
             # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
-            self.transport.write(b"".join(self.ws.data_to_send()))
+            self.out.extend(self.ws.data_to_send())  # the 101 goes out with the welcome, in one write
+            self.out_handle = self.host.loop.call_soon(self.write_out)
             self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
         if self.timer is not None:
             self.timer.cancel()
