@@ -260,7 +260,7 @@ class MailboxServer:
                 if conn is not None:
                     pending = batches.pop(conn, None)
                     if pending:
-                        conn.send_many(pending)
+                        conn.queue(pending)  # written with the close frame
                     conn.drop(item.reason, item.text, item.code)
             elif type(item) is Usage:
                 self.events.emit(item.event, **item.fields)

@@ -31,7 +31,6 @@ HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
 CLOSE_GRACE = 2.0  # seconds to wait for the client's close frame / TCP close after ours
 SERVER_HEADER = "Burrow Mailbox"
 _HEADERS = [bytes((0x81, n)) for n in range(126)]  # FIN + text, unmasked, payloads under 126 bytes
-FLUSH_AT = 64 << 10  # queued output (bytes) written at once instead of at the end of the loop tick
 
 
 def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
@@ -91,11 +90,9 @@ class WSConnection(asyncio.Protocol):
         self.close_reason = "client"
         self.fragments: list[bytes] = []
         self.timer: asyncio.TimerHandle | None = None
-        # Frames for this connection queue here during one event-loop tick and go out in one write at
-        # its end (an ack, an echo and deliveries made in one tick: one send() instead of several).
+        # Output queued for one write: the 101 response until the welcome joins it, and a batch's frames
+        # until its close frame joins them (each write is a send() syscall, the top cost per frame).
         self.out: list[bytes] = []
-        self.out_bytes = 0
-        self.out_handle: asyncio.Handle | None = None
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -129,9 +126,6 @@ class WSConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.out.clear()
-        if self.out_handle is not None:
-            self.out_handle.cancel()
-            self.out_handle = None
         if self.timer is not None:
             self.timer.cancel()
         self.host.connection_gone(self)
@@ -159,7 +153,6 @@ class WSConnection(asyncio.Protocol):
             # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
             # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
             self.out.extend(self.ws.data_to_send())  # the 101 goes out with the welcome, in one write
-            self.out_handle = self.host.loop.call_soon(self.write_out)
             self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
         if self.timer is not None:
             self.timer.cancel()
@@ -169,6 +162,7 @@ class WSConnection(asyncio.Protocol):
         if self.host.trust_x_real_ip and request.headers.get("X-Real-IP"):
             key = request.headers["X-Real-IP"].strip()
         self.host.connection_open(self, you, key)
+        self.write_out()  # the 101, if the welcome did not take it along
 
     # ---- frames ------------------------------------------------------------------------------
     def _handle_frame(self, frame: Any) -> None:
@@ -186,37 +180,30 @@ class WSConnection(asyncio.Protocol):
 
     # ---- output ------------------------------------------------------------------------------
     def send_many(self, payloads: list[bytes]) -> None:
+        """Write these messages (after anything queued) in one transport.write."""
+        self.queue(payloads)
+        self.write_out()
+
+    def queue(self, payloads: list[bytes]) -> None:
         """Text frames, built here: websockets makes a Frame object per message, while a server's frame
-        without extensions (none are negotiated) is a 2-10 byte header and the payload as is. They are
-        queued and written at the end of this loop tick, with whatever else this connection gets in it."""
+        without extensions (none are negotiated) is a 2-10 byte header and the payload as is."""
         t = self.transport
         if self.ws.state is not OPEN or t is None or t.is_closing():
             return
         out = self.out
         out.extend(self.ws.data_to_send())  # what websockets queued first (a pong), in order
-        size = self.out_bytes
         for p in payloads:
             n = len(p)
             out.append(_HEADERS[n] if n < 126 else (b"\x81\x7e" + n.to_bytes(2, "big") if n < 65536
                                                     else b"\x81\x7f" + n.to_bytes(8, "big")))
             out.append(p)
-            size += n
-        self.out_bytes = size
-        if size >= FLUSH_AT:
-            self.write_out()
-        elif self.out_handle is None:
-            self.out_handle = self.host.loop.call_soon(self.write_out)
 
     def write_out(self) -> None:
-        """Write the queued frames in one transport.write; drop a client whose unread output is too big."""
-        if self.out_handle is not None:
-            self.out_handle.cancel()
-            self.out_handle = None
+        """Write the queued output in one transport.write; drop a client whose unread output is too big."""
         if not self.out:
             return
         data = b"".join(self.out)
         self.out.clear()
-        self.out_bytes = 0
         t = self.transport
         if not data or t is None or t.is_closing():
             return
