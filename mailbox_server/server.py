@@ -169,7 +169,8 @@ class MailboxServer:
             conn.cap_ip = cap_key
             if self.config.bind_deadline > 0:
                 self.loop.call_later(self.config.bind_deadline, self._bind_deadline, session)
-        self._handle(out)
+        # The welcome depends on no stored state: sent now, it joins the 101 response in one write.
+        self._deliver(out)
 
     def _bind_deadline(self, session: Session) -> None:
         self._handle(self.core.bind_timed_out(session))
@@ -259,7 +260,7 @@ class MailboxServer:
                 if conn is not None:
                     pending = batches.pop(conn, None)
                     if pending:
-                        conn.send_many(pending)
+                        conn.queue(pending)  # written with the close frame
                     conn.drop(item.reason, item.text, item.code)
             elif type(item) is Usage:
                 self.events.emit(item.event, **item.fields)

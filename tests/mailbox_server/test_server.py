@@ -339,3 +339,55 @@ async def test_a_handshake_finished_during_the_drain_is_sent_away_at_once(tmp_pa
     writer.close()
     stubborn.close()
     await asyncio.wait_for(stopping, 15)
+
+
+def count_writes(transport, writes: list[bytes] | None = None) -> list[bytes]:
+    """The bytes of each write on this (real) transport, in order."""
+    writes = [] if writes is None else writes
+    real = transport.write
+
+    def write(data):
+        writes.append(bytes(data))
+        real(data)
+    transport.write = write
+    return writes
+
+
+async def test_frames_queued_for_one_batch_go_out_in_order_in_one_write(server):
+    async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
+        await recv(ws)
+        (conn,) = server.conns.values()
+        writes = count_writes(conn.transport)
+        conn.queue([b'{"n": 1}'])
+        conn.send_many([b'{"n": 2}', b'{"n": 3}' + b" " * 200])  # a longer header too
+        got = [json.loads(await asyncio.wait_for(ws.recv(), 5)) for _ in range(3)]
+        assert [g["n"] for g in got] == [1, 2, 3]
+        assert len(writes) == 1
+
+
+async def test_a_close_after_queued_frames_delivers_them_first(server):
+    async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
+        await recv(ws)
+        (conn,) = server.conns.values()
+        writes = count_writes(conn.transport)
+        conn.queue([b'{"n": 1}', b'{"n": 2}'])  # as the server does for the frames before a Drop
+        conn.drop("shutdown", "bye", 1012)
+        assert [json.loads(await asyncio.wait_for(ws.recv(), 5))["n"] for _ in range(2)] == [1, 2]
+        with pytest.raises(ConnectionClosed) as info:
+            await asyncio.wait_for(ws.recv(), 5)
+        assert info.value.rcvd.code == 1012
+        assert len(writes) == 1  # the frames and the close frame together
+
+
+async def test_the_welcome_goes_out_with_the_101_in_one_write(server, monkeypatch):
+    from burrow.mailbox_server.wsconn import WSConnection
+    writes: list[bytes] = []
+    made = WSConnection.connection_made
+
+    def connection_made(conn, transport):
+        made(conn, transport)
+        count_writes(transport, writes)
+    monkeypatch.setattr(WSConnection, "connection_made", connection_made)
+    async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
+        assert (await recv(ws))["type"] == "welcome"
+        assert len(writes) == 1 and writes[0].startswith(b"HTTP/1.1 101") and b'"welcome"' in writes[0]
