@@ -31,9 +31,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import hiredis
+from redis.connection import parse_url as redis_parse_url
 
 CONNECT_TIMEOUT = 5.0
 COMMAND_TIMEOUT = 5.0
@@ -61,16 +62,13 @@ class Target:
 
 
 def parse_url(url: str) -> Target:
-    u = urlsplit(url)
-    query = parse_qs(u.query)
-    user, password = unquote(u.username or ""), unquote(u.password or "")
-    password = password or query.get("password", [""])[0]
-    if u.scheme == "unix":
-        return Target(path=unquote(u.path), db=int(query.get("db", ["0"])[0]), username=user, password=password)
-    if u.scheme != "redis":
-        raise ValueError(f"the lean Redis connection does not speak {u.scheme}://")
-    db = u.path.strip("/") or query.get("db", ["0"])[0]
-    return Target(u.hostname or "127.0.0.1", u.port or 6379, "", int(db), user, password)
+    """The connection settings of a redis:// or unix:// URL, read as redis-py reads them."""
+    scheme = urlsplit(url).scheme
+    if scheme not in ("redis", "unix"):
+        raise ValueError(f"the lean Redis connection does not speak {scheme}://")
+    kw = redis_parse_url(url)
+    return Target(kw.get("host") or "127.0.0.1", kw.get("port") or 6379, kw.get("path", ""),
+                  int(kw.get("db") or 0), kw.get("username") or "", kw.get("password") or "")
 
 
 class _Batch:
