@@ -44,6 +44,7 @@ from burrow.transit_relay.hop_pool import (
     PeerLine,
     hop_seconds_histogram,
     read_available_line,
+    read_line,
     signed,
     verified,
 )
@@ -286,7 +287,7 @@ class Cluster:
         try:
             await loop.sock_sendall(sock, line)
             async with asyncio.timeout(HOP_REPLY_TIMEOUT):
-                return await _read_line(loop, sock)
+                return await read_line(loop, sock, MAX_HOP_LINE)
         except (TimeoutError, OSError):
             return b""
 
@@ -356,29 +357,6 @@ async def _resolve(loop: asyncio.AbstractEventLoop, holder: str) -> tuple[int, t
         info = await loop.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
         return info[0][0], info[0][4]
     return (socket.AF_INET6, (host, int(port))) if ip.version == 6 else (socket.AF_INET, (host, int(port)))
-
-
-async def _read_line(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    """Bytes up to and including the first newline; nothing after it is taken (relayed bytes may follow)."""
-    line = bytearray()
-    while len(line) < MAX_HOP_LINE:
-        try:
-            data = sock.recv(MAX_HOP_LINE, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            readable = loop.create_future()
-            loop.add_reader(sock.fileno(), readable.set_result, None)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(sock.fileno())
-            continue
-        if not data:
-            break
-        end = data.find(b"\n")
-        line += sock.recv(end + 1 if end >= 0 else len(data))
-        if end >= 0:
-            break
-    return bytes(line)
 
 
 class _ClusterCollector(Collector):

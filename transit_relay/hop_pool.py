@@ -124,6 +124,29 @@ def read_available_line(sock: socket.socket, limit: int) -> bytes | None:
     return sock.recv(end + 1)
 
 
+async def read_line(loop: asyncio.AbstractEventLoop, sock: socket.socket, limit: int) -> bytes:
+    """Bytes up to and including the first newline; nothing after it is taken (relayed bytes may follow)."""
+    line = bytearray()
+    while len(line) < limit:
+        try:
+            data = sock.recv(limit, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            readable = loop.create_future()
+            loop.add_reader(sock.fileno(), readable.set_result, None)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        if not data:
+            break
+        end = data.find(b"\n")
+        line += sock.recv(end + 1 if end >= 0 else len(data))
+        if end >= 0:
+            break
+    return bytes(line)
+
+
 class PeerLine:
     """Reads the first line of a connection to the peer port in reader callbacks (no task), at most
     `limit` bytes and `timeout` seconds, then calls `done(sock, line)`; line is b"" on EOF, timeout or
@@ -307,12 +330,7 @@ class HopPool:
         await self.loop.sock_connect(sock, sockaddr)
         _keepalive(sock)
         await self.loop.sock_sendall(sock, warm_line(self.secret, self.address, self.clock()))
-        reply = b""
-        while not reply.endswith(b"\n") and len(reply) < MAX_LINE:
-            more = await self.loop.sock_recv(sock, MAX_LINE - len(reply))
-            if not more:
-                break
-            reply += more
+        reply = await read_line(self.loop, sock, MAX_LINE)
         if reply != READY:
             if reply == BUSY:
                 raise PermissionError(reply)
