@@ -381,8 +381,8 @@ def test_transfers_survive_restarting_every_mailbox_replica(ha, tmp_path):
                 pytest.fail(f"{replica}: no restart closed a client while draining\n{lane_report(lanes)}\n"
                             f"{events_of(ha, replica)[-4000:]}\n{ha.stack.logs()}")
             assert not any(lane.failures for lane in lanes), lane_report(lanes) + "\n" + ha.stack.logs()
-    for replica in MAILBOXES:  # both replicas served clients
-        assert ha.metric(replica, "burrow_mailbox_connections_accepted_total") >= 1
+    for replica in MAILBOXES:  # both replicas served clients (the event log outlives restarts; counters do not)
+        assert events_named(ha, replica, "connection"), f"{replica} logged no connection"
     # --no-listen on both sides: every file crossed a transit relay, reached through the token hash
     relayed = sum(ha.metric(t, "burrow_transit_relayed_bytes_total") for t in TRANSITS)
     assert relayed >= FILE_SIZE * sum(len(lane.done) for lane in lanes)
