@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
 
         async def start() -> None:
             await server.start()
-            freeze_startup_objects()  # so that full collections, paused pairings, skip start-up's objects
+            freeze_startup_objects()  # a full collection then skips them instead of stalling pairings
 
         asyncio.run(run_until_signalled(start, server.stop))
 
