@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 import re
 import resource
@@ -36,6 +37,19 @@ def raise_nofile_limit(wanted: int = 65536) -> int:
 # libraries that log every connection at INFO; a server's log says what the service does, the event log
 # and the metrics count connections
 CHATTY_LOGGERS = ("websockets.server", "websockets.client", "aiohttp.access")
+
+
+def freeze_startup_objects() -> int:
+    """Move everything alive now (modules, configuration, metrics: kept for the whole run) out of the
+    cyclic garbage collector's reach; returns how many objects were frozen.
+
+    A full collection walks every tracked object; after start-up that is some 50 000 objects and ~30 ms
+    of CPU during which no connection is served, which shows as the pairing latency's tail. Frozen, a
+    full collection only walks what was made since (connections, pairs). Garbage is collected first so
+    that no unreachable cycle is kept forever."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def setup_logging(verbose: bool = False) -> None:

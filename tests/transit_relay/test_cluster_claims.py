@@ -20,15 +20,21 @@ def commands(redis) -> dict[str, int]:
     return out
 
 
+async def cross_pair(r0, r1, tok: bytes):
+    """Side a waits on r0 (its claim registered), side b reaches r1 and hops: both get `ok`; the writers."""
+    a_r, a_w = await tcp_side(r0, hs(b"a", tok))
+    await wait_for(lambda: tok in r0.cluster.claimed)
+    b_r, b_w = await tcp_side(r1, hs(b"b", tok))
+    assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
+    assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+    return a_w, b_w
+
+
 async def test_a_cross_replica_pair_leaves_no_claim_and_needs_no_release(cluster, redis):
     r0, r1 = await cluster(2)
     redis.cli("CONFIG", "RESETSTAT")
     for n in range(5):
-        a_r, a_w = await tcp_side(r0, hs(b"a", token(40 + n)))
-        await wait_for(lambda n=n: token(40 + n) in r0.cluster.claimed)
-        b_r, b_w = await tcp_side(r1, hs(b"b", token(40 + n)))
-        assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
-        assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+        a_w, b_w = await cross_pair(r0, r1, token(40 + n))
         # the claim went with the second side's script: a side arriving now waits instead of hopping
         assert redis.cli("EXISTS", key("transit", token(40 + n).decode(), "waiting")) == "0"
         a_w.close()
@@ -39,3 +45,21 @@ async def test_a_cross_replica_pair_leaves_no_claim_and_needs_no_release(cluster
     calls = commands(redis)
     assert calls.get("eval", 0) == 10  # two claim scripts per pair (one per side), no release
     assert r0.registry.get_sample_value("burrow_transit_cluster_hops_in_total", {"result": "paired"}) == 5
+
+
+async def test_claims_travel_on_the_lean_connection(cluster, redis):
+    """The claim scripts go over common/resp.py's pipelined connection, not redis-py's pool (which keeps
+    the health PINGs): Redis sees each replica's claims come from that connection."""
+    r0, r1 = await cluster(2)
+    for n in range(3):
+        a_w, b_w = await cross_pair(r0, r1, token(60 + n))
+        a_w.close()
+        b_w.close()
+    last_command = {}  # client port -> its last command, as Redis reports it
+    for line in redis.cli("CLIENT", "LIST").splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        last_command[int(fields["addr"].rpartition(":")[2])] = fields["cmd"]
+    for replica in (r0, r1):
+        port = replica.cluster.lean.conn.transport.get_extra_info("sockname")[1]
+        assert last_command[port] == "eval", last_command
+    assert list(last_command.values()).count("eval") == 2, last_command
