@@ -3,7 +3,8 @@
 `startup_errors(prog)` turns what an operator can fix (port in use, unreadable file, bad value) into one
 line on stderr and exit status 1 instead of a traceback.
 
-`run_until_signalled(start, stop)` runs `start()`, waits for SIGINT or SIGTERM, then runs `stop()`
+`run_until_signalled(start, stop)` runs `start()`, freezes the start-up objects out of the garbage
+collector, waits for SIGINT or SIGTERM, then runs `stop()`
 (which drains gracefully: e.g. the packet relay sends Restarting to every client first).
 """
 
@@ -70,6 +71,7 @@ async def run_until_signalled(start: Callable[[], Awaitable[None]],
     for sig, handler in (extra_signals or {}).items():
         loop.add_signal_handler(sig, handler)
     await start()
+    freeze_startup_objects()  # a full collection then skips them instead of stalling connections
     try:
         await stopping.wait()
     finally:

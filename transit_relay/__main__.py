@@ -7,13 +7,7 @@ import logging
 import sys
 
 from burrow.common.config import describe, load_config
-from burrow.common.service import (
-    freeze_startup_objects,
-    raise_nofile_limit,
-    run_until_signalled,
-    setup_logging,
-    startup_errors,
-)
+from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging, startup_errors
 from burrow.transit_relay.config import TransitConfig
 from burrow.transit_relay.server import TransitServer
 
@@ -25,12 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("burrow.transit").debug("configuration:\n%s", describe(config))
     with startup_errors("burrow-transit"):
         server = TransitServer(config)
-
-        async def start() -> None:
-            await server.start()
-            freeze_startup_objects()  # a full collection then skips them instead of stalling pairings
-
-        asyncio.run(run_until_signalled(start, server.stop))
+        asyncio.run(run_until_signalled(server.start, server.stop))
 
 
 if __name__ == "__main__":

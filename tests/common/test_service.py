@@ -30,3 +30,28 @@ def test_freeze_startup_objects_takes_them_out_of_every_collection_and_frees_gar
     out = subprocess.run([sys.executable, "-c", _CHILD], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+_SERVE = """
+import asyncio, gc, os, signal
+from burrow.common.service import run_until_signalled
+
+seen = {}
+
+async def start():
+    seen["at_start"] = gc.get_freeze_count()
+    asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGTERM)
+
+async def stop():
+    seen["serving"] = gc.get_freeze_count()
+
+asyncio.run(run_until_signalled(start, stop))
+print(seen["at_start"], seen["serving"])
+"""
+
+
+def test_every_server_freezes_its_start_up_objects_once_started():
+    out = subprocess.run([sys.executable, "-c", _SERVE], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    at_start, serving = map(int, out.stdout.split())
+    assert at_start == 0 and serving > 1000, (at_start, serving)
