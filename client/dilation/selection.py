@@ -154,7 +154,8 @@ class Selector:
     """The Leader's choice among viable attempts of one generation.
 
     `prefer_quic`: a probe measured the punched UDP path faster than the relay (UpgradePolicy), so a QUIC
-    candidate beats a relayed TCP one in this generation; direct TCP still wins at once."""
+    candidate beats a relayed TCP one in this generation, which waits `quic_grace` past the head start for it;
+    direct TCP still wins at once."""
 
     def __init__(self, *, now: float, relay_head_start: float = 2.0, quic_grace: float = QUIC_GRACE,
                  prefer_quic: bool = False):
@@ -190,6 +191,8 @@ class Selector:
         if quic and self.prefer_quic and late:
             self.chosen = quic[0]
             return self.chosen
+        if self.prefer_quic and now - self._began < self.relay_head_start + self.quic_grace:
+            late = False  # the relay waits for the measured-faster QUIC candidate a grace longer
         if tcp and late:
             self.chosen = tcp[0]
             return self.chosen
@@ -200,7 +203,8 @@ class Selector:
         return None
 
     def deadline(self) -> float | None:
-        """When tick() should be called again (a candidate is waiting out the head start or QUIC's grace)."""
+        """When tick() should be called again (a candidate is waiting out the head start; the Connector looks
+        again every RECONSIDER_EVERY while one waits past it)."""
         if self.chosen is None and self._waiting:
             return self._began + self.relay_head_start
         return None

@@ -172,6 +172,7 @@ class L2Protocol(asyncio.BufferedProtocol):
         self.runtime = None  # set when selected
         self.closed = False
         self._timeout: asyncio.TimerHandle | None = None
+        self.moved = 0  # bytes read and written (the relay's observed rate, for UpgradePolicy)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -194,6 +195,7 @@ class L2Protocol(asyncio.BufferedProtocol):
         self.data_received(view[:nbytes])
 
     def data_received(self, data) -> None:
+        self.moved += len(data)
         try:
             out, events = self.attempt.feed(data)
         except ProtocolError as e:
@@ -219,7 +221,9 @@ class L2Protocol(asyncio.BufferedProtocol):
         """Seal records into frames and write them, SEAL_BATCH per buffer: one syscall each when the socket has
         room, and a bounded buffer however large the app's write was."""
         for i in range(0, len(records), SEAL_BATCH):
-            self.transport.write(self.attempt.seal(records[i : i + SEAL_BATCH], self._writes.take()))
+            sealed = self.attempt.seal(records[i : i + SEAL_BATCH], self._writes.take())
+            self.moved += len(sealed)
+            self.transport.write(sealed)
 
     def selected(self, runtime) -> None:
         self.runtime = runtime
@@ -336,6 +340,9 @@ class Connector:
                 link.accept(self._quic_protocol)
             self.runtime.send_hints([link.hint()])
             self._maybe_punch()
+        elif link is not None and self.winner is not None and self.winner.runtime is not None:
+            self.runtime.send_hints([link.hint()])  # won already (the relay): for the Leader's QUIC rate probes
+            self.runtime.know_peer_disco()
 
     def _maybe_punch(self) -> None:
         """Once we have a Disco endpoint and the peer's hint: punch, and (Leader) open QUIC on the path."""

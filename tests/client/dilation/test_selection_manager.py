@@ -6,6 +6,7 @@ from burrow.client.dilation.framing import PROLOGUE_FOLLOWER, PROLOGUE_LEADER, h
 from burrow.client.dilation.manager import (
     Abandon,
     Failed,
+    LateHints,
     Manager,
     Send,
     StartConnecting,
@@ -134,11 +135,15 @@ def test_selector_takes_quic_without_waiting_out_tcp_dials_that_hang():
 
 
 def test_selector_prefers_quic_over_the_relay_once_measured_faster():
-    s = Selector(now=0.0, relay_head_start=2.0, prefer_quic=True)
+    s = Selector(now=0.0, relay_head_start=2.0, quic_grace=2.0, prefer_quic=True)
     relay, quic = viable(direct=False), viable(direct=False, quic=True)
-    assert s.candidate(relay, 0.5, direct_alive=True) is None
-    assert s.candidate(quic, 0.6, direct_alive=True) is None
-    assert s.tick(2.0, True) is quic
+    assert s.candidate(relay, 0.5, direct_alive=False) is None  # the relay waits for QUIC
+    assert s.tick(3.9, False) is None
+    assert s.candidate(quic, 3.95, direct_alive=False) is quic
+    s1 = Selector(now=0.0, relay_head_start=2.0, quic_grace=2.0, prefer_quic=True)
+    relay1 = viable(direct=False)
+    assert s1.candidate(relay1, 0.5, direct_alive=False) is None
+    assert s1.tick(4.0, False) is relay1  # no QUIC candidate within the grace: the relay after all
     s2 = Selector(now=0.0, relay_head_start=2.0, prefer_quic=True)
     assert s2.candidate(viable(direct=False, quic=True), 0.5, direct_alive=True) is None
     direct = viable(direct=True)
@@ -169,7 +174,7 @@ def test_dilate_phase_counter_and_leader_flow():
     assert m.leader is True and out == [StartConnecting(1), Status("connecting")]
     assert m.receive({"type": "connection-hints", "hints": [1]}) == [UseHints(1, [1])]
     assert m.connection_made() == [StopConnecting(1)]
-    assert m.receive({"type": "connection-hints", "hints": [2]}) == []  # too late
+    assert m.receive({"type": "connection-hints", "hints": [2]}) == [LateHints(1, [2])]  # too late to dial
     out = m.connection_lost()
     assert out == [Send("dilate-1", {"type": "reconnect"}), Status("reconnecting")]
     assert m.state == "FLUSHING"
