@@ -229,7 +229,8 @@ class QuicPath:
                 self._held.append(data)
             return
         self.quic.receive_datagram(data, self.addr, self._loop.time())
-        self._process()
+        self._process(transmit=False)
+        self.transmit_soon()  # once for the datagrams read in this turn (client/nat/disco.py drains the socket)
 
     def resume_reading(self) -> None:
         self.reading = True
@@ -251,7 +252,7 @@ class QuicPath:
         ours = {self.quic._original_destination_connection_id, *(c.cid for c in self.quic._host_cids)}
         return header.packet_type == QuicPacketType.INITIAL and header.destination_cid not in ours
 
-    def _process(self) -> None:
+    def _process(self, transmit: bool = True) -> None:
         while (ev := self.quic.next_event()) is not None:
             if isinstance(ev, HandshakeCompleted) and self.quic.configuration.is_client:
                 self._stream_up(self.quic.get_next_available_stream_id())
@@ -265,7 +266,8 @@ class QuicPath:
             elif isinstance(ev, ConnectionTerminated):
                 self._terminated()
                 return
-        self.transmit()
+        if transmit:
+            self.transmit()
 
     def _feed(self, data: bytes) -> None:
         """A writable copy: records are opened in place (one datagram's worth, unlike L2Protocol's 1 MiB
@@ -292,6 +294,8 @@ class QuicPath:
 
     def transmit(self) -> None:
         self._transmit_scheduled = False
+        if self.closed:  # a transmit_soon that outlived the connection
+            return
         for data, addr in self.quic.datagrams_to_send(self._loop.time()):
             self.link.endpoint.sendto(data, addr)
         if self._timer is not None:
