@@ -8,8 +8,9 @@ Both sides offer `{"type": "derp-disco-v1", "url", "derp-key", "disco-key"}` (ke
 the peer's hint sends CallMeMaybe through the peer's DERP relay and pings (client/nat/disco.py). Once a
 direct path answers, the Leader opens a QUIC connection to it from the Disco socket; the Follower accepts
 QUIC Initials only from addresses that are Disco candidates. A stream that starts with the rate-probe magic
-(quic_path.py) is counted and answered instead: the Leader measures a UDP path before it leaves the relay. Packets are told apart by their first bytes:
-Disco packets start with the Disco magic, everything else on the socket goes to QUIC.
+(quic_path.py) is counted and answered instead: the Leader measures a UDP path before it leaves the relay.
+Packets are told apart by their first bytes: Disco packets start with the Disco magic, everything else on the
+socket goes to QUIC.
 
 QUIC's TLS uses a throwaway self-signed certificate and neither side verifies it: Dilation's Noise handshake
 inside the stream authenticates both sides with the wormhole's key, as it does on TCP.
