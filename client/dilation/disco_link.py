@@ -7,8 +7,10 @@ out: our hint, and for each generation at most one QUIC connection to the peer's
 Both sides offer `{"type": "derp-disco-v1", "url", "derp-key", "disco-key"}` (keys in hex). A side that got
 the peer's hint sends CallMeMaybe through the peer's DERP relay and pings (client/nat/disco.py). Once a
 direct path answers, the Leader opens a QUIC connection to it from the Disco socket; the Follower accepts
-QUIC Initials only from addresses that are Disco candidates. Packets are told apart by their first bytes:
-Disco packets start with the Disco magic, everything else on the socket goes to QUIC.
+QUIC Initials only from addresses that are Disco candidates. A stream that starts with the rate-probe magic
+(quic_path.py) is counted and answered instead: the Leader measures a UDP path before it leaves the relay.
+Packets are told apart by their first bytes: Disco packets start with the Disco magic, everything else on the
+socket goes to QUIC.
 
 QUIC's TLS uses a throwaway self-signed certificate and neither side verifies it: Dilation's Noise handshake
 inside the stream authenticates both sides with the wormhole's key, as it does on TCP.
@@ -27,6 +29,8 @@ HINT_TYPE = "derp-disco-v1"
 PUNCH_TIMEOUT = 10.0  # seconds we wait for a direct UDP path after CallMeMaybe
 MAX_CONNECTIONS = 8  # QUIC connections on one socket (one per generation is normal)
 MAX_ENDPOINTS = 16  # endpoints carried in a hint (as in a CallMeMaybe)
+PROBE_BYTES = 2 * 1024 * 1024  # bytes one QUIC rate probe sends (a fraction of a second at aioquic's rate)
+PROBE_TIMEOUT = 5.0  # seconds for a rate probe, handshake included
 
 
 def make_hint(url: str, derp_key: bytes, disco_key: bytes, endpoints=()) -> dict:
@@ -135,9 +139,28 @@ class DiscoLink:
         path.transmit()
         return path
 
+    async def measure(self, addr, nbytes: int = PROBE_BYTES, timeout: float = PROBE_TIMEOUT) -> float | None:
+        """Leader: the bytes per second one QUIC connection to `addr` moves towards the peer (`nbytes` on one
+        stream, timed to the peer's count); None when it does not answer within `timeout`."""
+        probe = self._quic.ProbeSender(nbytes)
+        path = self.connect(addr, lambda _addr: probe)
+        if path is None:
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                return await probe.result
+        except TimeoutError:
+            return None
+        finally:
+            path.close()
+
     def accept(self, make_protocol) -> None:
         """Follower: QUIC connections from Disco candidates go to `make_protocol` (None: refuse them)."""
         self._accept = make_protocol
+
+    def _l2_protocol(self, addr):
+        """The Follower's current generation takes a Dilation stream (a rate probe needs none)."""
+        return self._accept(addr) if self._accept is not None else None
 
     def _datagram(self, data: bytes, addr) -> None:
         path = self._paths.get(addr)
@@ -147,14 +170,14 @@ class DiscoLink:
                 return
             path.close()
         stats = self.endpoint.stats
-        if self._accept is None or len(self._paths) >= MAX_CONNECTIONS or not self.endpoint.knows(addr):
+        if len(self._paths) >= MAX_CONNECTIONS or not self.endpoint.knows(addr):
             stats["quic_refused"] += 1
             return
         quic = self._quic.server_connection(data)
         if quic is None:  # not a QUIC Initial: nothing to accept
             stats["quic_refused"] += 1
             return
-        path = self._quic.QuicPath(self, quic, addr, self._accept)
+        path = self._quic.QuicPath(self, quic, addr, self._l2_protocol)
         self._paths[addr] = path
         stats["quic_accepted"] += 1
         path.datagram(data)

@@ -44,6 +44,13 @@ class UseHints:
 
 
 @dataclass(frozen=True)
+class LateHints:
+    """Hints that arrived after this generation connected: no dial, but the Leader's upgrade probes use them."""
+    generation: int
+    hints: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Abandon:
     pass
 
@@ -121,6 +128,8 @@ class Manager:
             hints = msg.get("hints")
             if self.state == "CONNECTING" and isinstance(hints, list):
                 return [UseHints(self.generation, hints)]
+            if self.state == "CONNECTED" and isinstance(hints, list):
+                return [LateHints(self.generation, hints)]
             return []  # too early, too late or stale: ignored as magic-wormhole does
         if kind == "reconnect":
             return self._rx_reconnect()

@@ -25,6 +25,11 @@ IDLE_TIMEOUT = 30.0  # seconds of silence before a QUIC connection ends (Dilatio
 # bytes per UDP payload: aioquic's cost is per packet, and 1350 (as many QUIC stacks use) still passes
 # links with a smaller MTU than Ethernet's (PPPoE, most tunnels)
 MAX_DATAGRAM = 1350
+# a rate probe: a stream that starts with PROBE_MAGIC and an 8-byte length, then that many bytes; the peer
+# answers with the 8-byte count once all arrived (what moves the UpgradePolicy's QUIC figure)
+PROBE_MAGIC = b"burrow-quic-rate-probe-v1\n"
+PROBE_MAX = 16 * 1024 * 1024  # bytes a probe may ask us to take
+PROBE_CHUNK = 64 * 1024
 _cert = None
 
 
@@ -117,6 +122,91 @@ class StreamTransport:
     close = abort
 
 
+class ProbeSender:
+    """The Leader's side of a rate probe: send `nbytes` on the stream; `result` is the bytes per second from
+    the first byte written to the peer's count (None when the connection ended first)."""
+
+    def __init__(self, nbytes: int):
+        self._left = self.nbytes = nbytes
+        self._loop = asyncio.get_running_loop()
+        self.result: asyncio.Future = self._loop.create_future()
+        self._answer = bytearray()
+        self._paused = False
+        self._started = 0.0
+        self.transport = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self._started = self._loop.time()
+        transport.write(PROBE_MAGIC + self.nbytes.to_bytes(8, "big"))
+        self._pump()
+
+    def _pump(self) -> None:
+        while self._left > 0 and not self._paused:  # bounded: nbytes in PROBE_CHUNK steps
+            n = min(PROBE_CHUNK, self._left)
+            self._left -= n
+            self.transport.write(bytes(n))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._pump()
+
+    def data_received(self, data) -> None:
+        self._answer += data
+        if len(self._answer) >= 8 and not self.result.done():
+            got = int.from_bytes(self._answer[:8], "big")
+            elapsed = max(self._loop.time() - self._started, 1e-6)
+            self.result.set_result(got / elapsed if got == self.nbytes else None)
+
+    def connection_lost(self, exc) -> None:
+        if not self.result.done():
+            self.result.set_result(None)
+
+
+class ProbeSink:
+    """The Follower's side of a rate probe: count the bytes, answer with the count, and leave the closing to
+    the prober. A length over PROBE_MAX ends the connection."""
+
+    def __init__(self, stats: dict):
+        self._stats = stats
+        self._head = bytearray()
+        self._want: int | None = None
+        self._got = 0
+        self.transport = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data) -> None:
+        if self._want is None:
+            self._head += data
+            n = len(PROBE_MAGIC) + 8
+            if len(self._head) < n:
+                return
+            self._want = int.from_bytes(self._head[len(PROBE_MAGIC):n], "big")
+            data, self._head = self._head[n:], bytearray()
+            if self._want > PROBE_MAX:
+                self._stats["quic_probes_refused"] += 1
+                self.transport.abort()
+                return
+        before, self._got = self._got, self._got + len(data)
+        if before < self._want <= self._got:
+            self._stats["quic_probes"] += 1
+            self.transport.write(self._got.to_bytes(8, "big"))
+
+    def pause_writing(self) -> None:
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def connection_lost(self, exc) -> None:
+        pass
+
+
 class QuicPath:
     """One QUIC connection on the shared socket, driven by hand (aioquic is sans-IO)."""
 
@@ -139,7 +229,8 @@ class QuicPath:
                 self._held.append(data)
             return
         self.quic.receive_datagram(data, self.addr, self._loop.time())
-        self._process()
+        self._process(transmit=False)
+        self.transmit_soon()  # once for the datagrams read in this turn (client/nat/disco.py drains the socket)
 
     def resume_reading(self) -> None:
         self.reading = True
@@ -161,13 +252,13 @@ class QuicPath:
         ours = {self.quic._original_destination_connection_id, *(c.cid for c in self.quic._host_cids)}
         return header.packet_type == QuicPacketType.INITIAL and header.destination_cid not in ours
 
-    def _process(self) -> None:
+    def _process(self, transmit: bool = True) -> None:
         while (ev := self.quic.next_event()) is not None:
             if isinstance(ev, HandshakeCompleted) and self.quic.configuration.is_client:
                 self._stream_up(self.quic.get_next_available_stream_id())
             elif isinstance(ev, StreamDataReceived):
                 if self.transport is None:
-                    self._stream_up(ev.stream_id)
+                    self._stream_up(ev.stream_id, ev.data)
                 if ev.stream_id == self.transport.stream_id and ev.data and self.protocol is not None:
                     self._feed(ev.data)
                 if ev.end_stream:
@@ -175,18 +266,22 @@ class QuicPath:
             elif isinstance(ev, ConnectionTerminated):
                 self._terminated()
                 return
-        self.transmit()
+        if transmit:
+            self.transmit()
 
     def _feed(self, data: bytes) -> None:
         """A writable copy: records are opened in place (one datagram's worth, unlike L2Protocol's 1 MiB
         receive buffers, which suit a TCP read but not a 1200-byte QUIC chunk)."""
         self.protocol.data_received(bytearray(data))
 
-    def _stream_up(self, stream_id: int) -> None:
+    def _stream_up(self, stream_id: int, first: bytes = b"") -> None:
         if self.transport is not None:
             return
         self.transport = StreamTransport(self, stream_id)
-        self.protocol = self._make_protocol(self.addr)
+        if not self.quic.configuration.is_client and first.startswith(PROBE_MAGIC):
+            self.protocol = ProbeSink(self.link.endpoint.stats)
+        else:
+            self.protocol = self._make_protocol(self.addr)
         if self.protocol is None:  # the generation is over
             self.close()
             return
@@ -199,6 +294,8 @@ class QuicPath:
 
     def transmit(self) -> None:
         self._transmit_scheduled = False
+        if self.closed:  # a transmit_soon that outlived the connection
+            return
         for data, addr in self.quic.datagrams_to_send(self._loop.time()):
             self.link.endpoint.sendto(data, addr)
         if self._timer is not None:

@@ -34,11 +34,13 @@ from burrow.client.dilation.connection import (
     Stop,
 )
 from burrow.client.dilation.disco_link import DiscoLink, close_quietly
+from burrow.client.dilation.disco_link import parse_hint as parse_disco_hint
 from burrow.client.dilation.errors import DilationError, ProtocolError
 from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
 from burrow.client.dilation.manager import (
     Abandon,
     Failed,
+    LateHints,
     Manager,
     Send,
     StartConnecting,
@@ -47,7 +49,7 @@ from burrow.client.dilation.manager import (
     UseHints,
 )
 from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, Outbound, record_size
-from burrow.client.dilation.selection import UPGRADE_INTERVAL, UpgradePolicy
+from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, UpgradePolicy
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location, probe_direct
@@ -64,6 +66,8 @@ LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotoc
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
 DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
+PROBE_PUNCH_TIMEOUT = 3.0  # seconds an upgrade look waits for a direct UDP path before its QUIC rate probe
+MIN_RATE_BYTES = 1024 * 1024  # bytes the relay must have moved since the last look for its rate to count
 # ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
 # otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
 ACK_EVERY_BYTES = 2 * 1024 * 1024
@@ -91,7 +95,7 @@ class Dilation:
                  max_record_payload: int = MAX_RECORD_PAYLOAD, max_frame: int = DEFAULT_MAX_FRAME,
                  generation_timeout: float = GENERATION_TIMEOUT, versions: tuple[str, ...] = SUPPORTED_VERSIONS,
                  ack_every_bytes: int = ACK_EVERY_BYTES, ack_delay: float = ACK_DELAY, nat=None,
-                 upgrade_interval: float = UPGRADE_INTERVAL):
+                 upgrade_interval: float = UPGRADE_INTERVAL, quic_margin: float = QUIC_MARGIN):
         self._send_phase = send_phase
         self._nat = nat  # client.nat.hints.NatOptions: external hints (STUN, port mapping); None = local only
         self._key = dilation_key
@@ -132,10 +136,14 @@ class Dilation:
         self._tasks: set[asyncio.Task] = set()
         self._peer_takes_stop = False  # the peer offered the stop-v1 extension
         self._peer_upgrades = False  # the peer offered upgrade-v1: leave the relay for a direct path mid-transfer
-        self._upgrade = UpgradePolicy(interval=upgrade_interval)
+        self._upgrade = UpgradePolicy(interval=upgrade_interval, quic_margin=quic_margin)
+        self._peer_disco: tuple | None = None  # the peer's derp-disco-v1 hint, parsed (disco_link.parse_hint)
+        self._prefer_quic = False  # a QUIC probe beat the relay: later generations take QUIC over relayed TCP
+        self.rates: dict[str, float | None] = {"relay": None, "quic": None}  # bytes/s at the last upgrade look
         self._disco: asyncio.Task | None = None  # starts our DiscoLink (UDP punching) once, for every generation
         self.counters = {"records_in": 0, "records_out": 0, "resent": 0, "duplicates": 0, "ignored": 0,
-                         "acks_out": 0, "connections": 0, "bad_connections": 0, "upgrades": 0}
+                         "acks_out": 0, "connections": 0, "bad_connections": 0, "upgrades": 0,
+                         "quic_probes": 0}
 
     # ---------------------------------------------------------------- L1 plumbing
     def start(self, peer_versions: dict) -> None:
@@ -163,8 +171,11 @@ class Dilation:
             elif isinstance(a, StopConnecting):
                 self._stop_generation(connected=True)
             elif isinstance(a, UseHints):
+                self._note_peer_disco(a.hints)
                 if self._connector is not None and self._connector.generation == a.generation:
                     self._connector.use_hints(a.hints)
+            elif isinstance(a, LateHints):
+                self._note_peer_disco(a.hints)
             elif isinstance(a, Abandon):
                 if self.connection is not None:
                     self.connection.drop()
@@ -172,6 +183,22 @@ class Dilation:
                 self._set_status(a.name)
             elif isinstance(a, Failed):
                 self._fail(a.reason)
+
+    def _note_peer_disco(self, hints: list) -> None:
+        """Keep the peer's latest derp-disco-v1 hint: the Leader's QUIC rate probes use it after the win."""
+        for h in hints:
+            parsed = parse_disco_hint(h)
+            if parsed is not None:
+                self._peer_disco = parsed
+                self.know_peer_disco()
+
+    def know_peer_disco(self) -> None:
+        """Once both our Disco endpoint and the peer's hint exist: our endpoint answers the peer's Disco (it
+        drops packets from keys it was not given), also when the hint came after the generation's win."""
+        t, hint = self._disco, self._peer_disco
+        if hint is not None and t is not None and t.done() and not t.cancelled() and t.exception() is None:
+            with contextlib.suppress(ValueError):  # the endpoint's peer limit
+                t.result().endpoint.add_peer(hint[1], hint[2], hint[3])
 
     def _set_status(self, name: str, path: str | None = None) -> None:
         self.status = DilationStatus(name, self.manager.generation, path)
@@ -204,7 +231,8 @@ class Dilation:
         c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
                       codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
                       listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
-                      max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen)
+                      max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen,
+                      prefer_quic=self._prefer_quic)
         c.keep_listening = self._peer_upgrades and not self.manager.leader
         self._connector = c
         self._spawn(c.start())
@@ -291,19 +319,50 @@ class Dilation:
                 self._spawn(self._look_for_direct(p, connector))
 
     async def _look_for_direct(self, p: L2Protocol, connector: Connector) -> None:
-        """Leader over the relay: probe the peer's direct hints on the policy's schedule; when one connects,
-        drop the relayed connection. The next generation then races again and its direct path wins at once,
-        and L3 re-sends every unacknowledged record on it, so the subchannels lose no byte."""
+        """Leader over the relay: on the policy's schedule, probe the peer's direct hints, then (with a DERP
+        relay on both sides) measure a punched UDP path's QUIC rate against the relay's observed rate. When a
+        direct TCP hint connects, or QUIC is measured faster, drop the relayed connection: the next generation
+        races again (direct TCP wins at once; a measured-faster QUIC beats the relay), and L3 re-sends every
+        unacknowledged record on it, so the subchannels lose no byte."""
         policy = self._upgrade
+        mark = (self._loop.time(), p.moved)
         while self.connection is p and policy.next_probe() is not None:
             await asyncio.sleep(max(0.0, policy.next_probe() - self._loop.time()))
             if self.connection is not p or not policy.due(self._loop.time()):
                 continue
+            now = self._loop.time()
+            moved = p.moved - mark[1]  # the relay's rate since the last look; too few bytes: not known
+            relay_rate = moved / (now - mark[0]) if moved >= MIN_RATE_BYTES and now > mark[0] else None
             if await probe_direct(connector.peer_direct) and self.connection is p and policy.better(quic=False):
                 log.info("dilation: a direct path answers; leaving %s for a new generation", p.attempt.description)
                 self.counters["upgrades"] += 1
                 p.drop()
                 return
+            quic_rate = await self._probe_quic()
+            self.rates = {"relay": relay_rate, "quic": quic_rate}
+            if quic_rate is not None and self.connection is p and policy.better(
+                    quic=True, candidate_rate=quic_rate, current_rate=relay_rate):
+                log.info("dilation: QUIC measured %.0f B/s against the relay's %.0f; leaving %s", quic_rate,
+                         relay_rate, p.attempt.description)
+                self._prefer_quic = True
+                self.counters["upgrades"] += 1
+                p.drop()
+                return
+            mark = (self._loop.time(), p.moved)
+
+    async def _probe_quic(self) -> float | None:
+        """Bytes per second of a bounded QUIC burst on the punched UDP path to the peer, or None (no DERP
+        relay on both sides, no direct UDP path, or no answer in time)."""
+        hint = self._peer_disco
+        if hint is None or self._disco is None or not self._disco.done() or self._disco.cancelled() \
+                or self._disco.exception() is not None:
+            return None
+        link = self._disco.result()
+        addr = await link.punch(hint, timeout=PROBE_PUNCH_TIMEOUT)
+        if addr is None or self.connection is None:
+            return None
+        self.counters["quic_probes"] += 1
+        return await link.measure(addr)
 
     def on_connection_lost(self, p: L2Protocol) -> None:
         if p is not self.connection:

@@ -147,43 +147,64 @@ def dial_delays(direct: list[tuple[str, int, float]], relays: list[tuple[str, in
     return plan
 
 
-class Selector:
-    """The Leader's choice among viable attempts of one generation."""
+QUIC_GRACE = 2.0  # seconds past the head start a QUIC candidate leaves a relayed TCP dial that is still alive
 
-    def __init__(self, *, now: float, relay_head_start: float = 2.0):
+
+class Selector:
+    """The Leader's choice among viable attempts of one generation.
+
+    `prefer_quic`: a probe measured the punched UDP path faster than the relay (UpgradePolicy), so a QUIC
+    candidate beats a relayed TCP one in this generation, which waits `quic_grace` past the head start for it;
+    direct TCP still wins at once."""
+
+    def __init__(self, *, now: float, relay_head_start: float = 2.0, quic_grace: float = QUIC_GRACE,
+                 prefer_quic: bool = False):
         self._began = now
         self.relay_head_start = relay_head_start
+        self.quic_grace = quic_grace
+        self.prefer_quic = prefer_quic
         self._waiting: list[Attempt] = []
         self.chosen: Attempt | None = None
 
-    def candidate(self, a: Attempt, now: float, direct_alive: bool, tcp_alive: bool = True) -> Attempt | None:
+    def candidate(self, a: Attempt, now: float, direct_alive: bool, tcp_alive: bool = True,
+                  relay_alive: bool = True) -> Attempt | None:
         if self.chosen is not None:
             return None
         self._waiting.append(a)
-        return self.tick(now, direct_alive, tcp_alive)
+        return self.tick(now, direct_alive, tcp_alive, relay_alive)
 
-    def tick(self, now: float, direct_alive: bool, tcp_alive: bool = True) -> Attempt | None:
-        """Direct TCP at once; relayed TCP after the head start (or when no direct TCP is left); QUIC over a
-        punched UDP path only when no TCP attempt is left (TCP moves bytes faster here, docs/dilation.md)."""
+    def tick(self, now: float, direct_alive: bool, tcp_alive: bool = True, relay_alive: bool = True) -> Attempt | None:
+        """Direct TCP at once; relayed TCP after the head start (or when no direct TCP is left). QUIC over a
+        punched UDP path (TCP moves bytes faster here, docs/dilation.md): when no TCP attempt is left, or once
+        the head start is over and no relayed TCP attempt is alive, or `quic_grace` later whatever TCP is
+        still dialling (a dial into a NAT that drops it waits out its whole connect timeout)."""
         if self.chosen is not None:
             return None
         self._waiting = [a for a in self._waiting if a.state == "viable"]
         tcp = [a for a in self._waiting if not a.quic]
+        quic = [a for a in self._waiting if a.quic]
         for a in tcp:
             if a.direct:
                 self.chosen = a
                 return a
-        if tcp and (not direct_alive or now - self._began >= self.relay_head_start):
+        late = not direct_alive or now - self._began >= self.relay_head_start
+        if quic and self.prefer_quic and late:
+            self.chosen = quic[0]
+            return self.chosen
+        if self.prefer_quic and now - self._began < self.relay_head_start + self.quic_grace:
+            late = False  # the relay waits for the measured-faster QUIC candidate a grace longer
+        if tcp and late:
             self.chosen = tcp[0]
             return self.chosen
-        quic = [a for a in self._waiting if a.quic]
-        if quic and not tcp_alive:
+        if quic and (not tcp_alive or (now - self._began >= self.relay_head_start and (
+                not relay_alive or now - self._began >= self.relay_head_start + self.quic_grace))):
             self.chosen = quic[0]
             return self.chosen
         return None
 
     def deadline(self) -> float | None:
-        """When tick() should be called again (a relayed candidate is waiting out the head start)."""
+        """When tick() should be called again (a candidate is waiting out the head start; the Connector looks
+        again every RECONSIDER_EVERY while one waits past it)."""
         if self.chosen is None and self._waiting:
             return self._began + self.relay_head_start
         return None

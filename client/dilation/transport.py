@@ -172,6 +172,7 @@ class L2Protocol(asyncio.BufferedProtocol):
         self.runtime = None  # set when selected
         self.closed = False
         self._timeout: asyncio.TimerHandle | None = None
+        self.moved = 0  # bytes read and written (the relay's observed rate, for UpgradePolicy)
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -194,6 +195,7 @@ class L2Protocol(asyncio.BufferedProtocol):
         self.data_received(view[:nbytes])
 
     def data_received(self, data) -> None:
+        self.moved += len(data)
         try:
             out, events = self.attempt.feed(data)
         except ProtocolError as e:
@@ -219,7 +221,9 @@ class L2Protocol(asyncio.BufferedProtocol):
         """Seal records into frames and write them, SEAL_BATCH per buffer: one syscall each when the socket has
         room, and a bounded buffer however large the app's write was."""
         for i in range(0, len(records), SEAL_BATCH):
-            self.transport.write(self.attempt.seal(records[i : i + SEAL_BATCH], self._writes.take()))
+            sealed = self.attempt.seal(records[i : i + SEAL_BATCH], self._writes.take())
+            self.moved += len(sealed)
+            self.transport.write(sealed)
 
     def selected(self, runtime) -> None:
         self.runtime = runtime
@@ -256,7 +260,7 @@ class Connector:
 
     def __init__(self, runtime, generation: int, *, leader: bool, side: str, key: bytes, codec_factory,
                  relay: tuple[str, int] | None, listen: bool, listen_addresses: list[str] | None,
-                 relay_delay: float, max_frame: int, nat=None, simopen: bool = False):
+                 relay_delay: float, max_frame: int, nat=None, simopen: bool = False, prefer_quic: bool = False):
         self.runtime = runtime
         self.generation = generation
         self.leader = leader
@@ -272,7 +276,8 @@ class Connector:
         self._dialled: set[tuple[str, int, bool]] = set()
         self._direct_known = listen
         loop = asyncio.get_running_loop()
-        self._selector = Selector(now=loop.time(), relay_head_start=relay_delay) if leader else None
+        self._selector = Selector(now=loop.time(), relay_head_start=relay_delay,
+                                  prefer_quic=prefer_quic) if leader else None
         self._select_timer: asyncio.TimerHandle | None = None
         self.winner: L2Protocol | None = None
         self.stopped = False
@@ -285,6 +290,7 @@ class Connector:
         self._peer_disco: tuple[str, bytes, bytes, list] | None = None
         self._quic_tasks: set[asyncio.Task] = set()
         self._dials: set[asyncio.Task] = set()  # TCP dials not finished yet (hint lookups are in _tasks too)
+        self._relay_dials: set[asyncio.Task] = set()  # the relayed ones among them
         self.peer_direct: list[tuple[str, int]] = []  # the peer's direct hints (the Leader's upgrade probes)
         self.keep_listening = False  # Follower: listen on after a relayed win, for the Leader's upgrade probes
 
@@ -334,6 +340,9 @@ class Connector:
                 link.accept(self._quic_protocol)
             self.runtime.send_hints([link.hint()])
             self._maybe_punch()
+        elif link is not None and self.winner is not None and self.winner.runtime is not None:
+            self.runtime.send_hints([link.hint()])  # won already (the relay): for the Leader's QUIC rate probes
+            self.runtime.know_peer_disco()
 
     def _maybe_punch(self) -> None:
         """Once we have a Disco endpoint and the peer's hint: punch, and (Leader) open QUIC on the path."""
@@ -404,6 +413,9 @@ class Connector:
         self._dials.add(t)
         t.add_done_callback(self._tasks.discard)
         t.add_done_callback(self._dials.discard)
+        if via_relay:
+            self._relay_dials.add(t)
+            t.add_done_callback(self._relay_dials.discard)
 
     async def _connect(self, host: str, port: int, via_relay: bool, delay: float) -> None:
         if delay:
@@ -438,7 +450,8 @@ class Connector:
         if self.stopped or self._selector is None:
             return
         loop = asyncio.get_running_loop()
-        chosen = self._selector.candidate(p.attempt, loop.time(), self._direct_alive(), self._tcp_alive())
+        chosen = self._selector.candidate(p.attempt, loop.time(), self._direct_alive(), self._tcp_alive(),
+                                          self._relay_alive())
         if chosen is not None:
             self._win(self._find(chosen))
             return
@@ -451,7 +464,7 @@ class Connector:
         if self.stopped or self._selector is None or self.winner is not None:
             return
         loop = asyncio.get_running_loop()
-        chosen = self._selector.tick(loop.time(), self._direct_alive(), self._tcp_alive())
+        chosen = self._selector.tick(loop.time(), self._direct_alive(), self._tcp_alive(), self._relay_alive())
         if chosen is not None:
             self._win(self._find(chosen))
         elif self._selector.waiting and self._select_timer is None:  # a QUIC candidate waits for TCP to end
@@ -460,6 +473,10 @@ class Connector:
     def _tcp_alive(self) -> bool:
         return any(not p.attempt.quic and p.attempt.state != "failed" for p in self.attempts) or any(
             not t.done() for t in self._dials)
+
+    def _relay_alive(self) -> bool:
+        return any(p.attempt.via_relay and p.attempt.state != "failed" for p in self.attempts) or any(
+            not t.done() for t in self._relay_dials)
 
     def _find(self, attempt: Attempt) -> L2Protocol:
         return next(p for p in self.attempts if p.attempt is attempt)

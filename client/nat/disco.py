@@ -57,12 +57,28 @@ class DiscoPeer:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+DRAIN = 64  # datagrams read per wake-up beyond the one asyncio hands us (QUIC answers a batch once)
+
+
 class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, owner: DiscoEndpoint) -> None:
+    def __init__(self, owner: DiscoEndpoint, sock: socket.socket) -> None:
         self.owner = owner
+        self._sock = sock
 
     def datagram_received(self, data: bytes, addr) -> None:
-        self.owner._udp_received(data, (addr[0], addr[1]))
+        """This datagram, then whatever else is queued on the socket (at most DRAIN): asyncio reads one per
+        loop turn, and a QUIC connection that sees several before it next transmits sends one ACK for them."""
+        owner = self.owner
+        owner._udp_received(data, (addr[0], addr[1]))
+        for _ in range(DRAIN):
+            try:
+                data, addr = self._sock.recvfrom(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self.error_received(e)
+                return
+            owner._udp_received(data, (addr[0], addr[1]))
 
     def error_received(self, exc: Exception) -> None:  # ICMP unreachable for a ping: nothing to do
         self.owner.stats["udp_errors"] += 1
@@ -105,7 +121,7 @@ class DiscoEndpoint:
             sock.close()
             raise
         self.port = sock.getsockname()[1]
-        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), sock=sock)
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self, sock), sock=sock)
         self._tasks = [loop.create_task(self._derp_loop()), loop.create_task(self._ping_loop())]
 
     async def close(self) -> None:

@@ -13,6 +13,7 @@ Both run at once (`stun_hint` answers in a round trip, a UPnP search takes secon
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import socket
@@ -112,6 +113,9 @@ class NatOptions:
 
 SIMOPEN_WINDOW = 5.0  # seconds we keep re-dialling a peer's hint from our listening port
 SIMOPEN_RETRY = 0.5  # seconds between those dials (a NAT that answers a early SYN with RST)
+# no route to the peer's address (our routing table, or a router's ICMP unreachable): re-dialling cannot help,
+# unlike a RST from a NAT that the peer's SYN has not opened yet
+UNREACHABLE = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH})
 
 
 def reusable_socket(family: int, port: int = 0) -> socket.socket:
@@ -163,7 +167,8 @@ def global_v6_addresses() -> list[str]:
 
 async def dial_from(port: int, host: str, dest_port: int, timeout: float) -> socket.socket:
     """Connect from our listening `port` to host:dest_port, re-dialling refused or reset attempts for up
-    to SIMOPEN_WINDOW: the peer does the same towards us, and the SYNs meet in the NATs."""
+    to SIMOPEN_WINDOW: the peer does the same towards us, and the SYNs meet in the NATs. An unreachable
+    network or host fails at once."""
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     deadline = loop.time() + max(timeout, SIMOPEN_WINDOW)
@@ -173,8 +178,8 @@ async def dial_from(port: int, host: str, dest_port: int, timeout: float) -> soc
             async with asyncio.timeout(max(0.1, min(timeout, deadline - loop.time()))):
                 await loop.sock_connect(sock, (host, dest_port))
             return sock
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError) as e:
             sock.close()
-            if loop.time() + SIMOPEN_RETRY >= deadline:
+            if loop.time() + SIMOPEN_RETRY >= deadline or getattr(e, "errno", None) in UNREACHABLE:
                 raise
         await asyncio.sleep(SIMOPEN_RETRY)

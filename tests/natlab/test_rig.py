@@ -209,3 +209,29 @@ def test_a_failing_setup_command_names_itself(lab):
     ns = lab.netns("x")
     with pytest.raises(LabError, match="no-such-device"):
         lab.cmd("ip", "-n", ns, "link", "set", "no-such-device", "up")
+
+
+def test_a_simultaneous_open_dial_into_an_unreachable_network_fails_without_redialling(lab, monkeypatch):
+    """A peer's LAN address behind another NAT has no route (the router answers ICMP net unreachable): the dial
+    from our listening port gives up at once instead of re-dialling as it does after a RST."""
+    import asyncio
+    import errno
+
+    from burrow.client.nat import hints
+
+    topo = build(lab, "symmetric")
+    real, made = hints.reusable_socket, []
+
+    def counted(family, port=0):
+        made.append(port)
+        return real(family, port)
+
+    monkeypatch.setattr(hints, "reusable_socket", counted)
+    with inside(topo.hosts["a"].ns):
+        listener = real(socket.AF_INET)
+        with listener:
+            port = listener.getsockname()[1]
+            with pytest.raises(OSError) as e:
+                asyncio.run(hints.dial_from(port, topo.hosts["b"].v4, 9, 10.0))
+    assert e.value.errno == errno.ENETUNREACH
+    assert made == [port]  # one dial, no re-dials

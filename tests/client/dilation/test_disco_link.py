@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 
 import pytest
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 DEAD_RELAY = "tcp:127.0.0.1:1"  # nothing listens: the transit relay is unreachable
 
 
-async def dilated_pair(wormhole_servers, server, *, listen: bool, transit: str, sides=("f" * 16, "0" * 16)):
+async def dilated_pair(wormhole_servers, server, *, listen: bool, transit: str, sides=("f" * 16, "0" * 16),
+                       **dilate_kwargs):
     nat = NatOptions(portmap=False, derp_url=url(server), derp_ca_file=ca(server))
     ws = [Wormhole(wormhole_servers.relay_url, transit_helper=transit, dilation=True) for _ in range(2)]
     for w in ws:
@@ -29,7 +31,8 @@ async def dilated_pair(wormhole_servers, server, *, listen: bool, transit: str, 
     statuses = ([], [])
     hints = ([], [])
     ds = await asyncio.gather(*(
-        w.dilate(listen=listen, listen_addresses=["127.0.0.1"], side=side, on_status=st.append, nat=nat)
+        w.dilate(listen=listen, listen_addresses=["127.0.0.1"], side=side, on_status=st.append, nat=nat,
+                 **dilate_kwargs)
         for w, side, st in zip(ws, sides, statuses, strict=True)))
     for d, seen in zip(ds, hints, strict=True):  # what each side publishes
         send = d.send_hints
@@ -92,6 +95,85 @@ async def test_tcp_wins_when_it_connects_and_both_sides_offer_the_disco_hint(wor
             await bulk_both_ways(da, db, 2_000_000)
             link = await da.disco_link()
             assert link is not None and link.hint()["type"] == HINT_TYPE
+        finally:
+            await close()
+
+
+CHUNK = bytes(range(256)) * 1024  # 256 KiB
+MAX_CHUNKS = 2000  # the paced sender's bound (500 MB)
+
+
+async def paced_until(da, db, moved) -> None:
+    """Leader to Follower, 256 KiB at a time, until `moved()` holds (bounded), then 32 chunks more; the
+    Follower's SHA-256 of what arrived must match ours."""
+    leader, follower = (da, db) if da.leader else (db, da)
+    listener = follower.listen("paced")
+    (_r, w), (fr, _fw) = await asyncio.gather(leader.open("paced"), listener.accept())
+    sent = hashlib.sha256()
+
+    async def sink() -> str:
+        h = hashlib.sha256()
+        while chunk := await fr.read(1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+
+    got = asyncio.ensure_future(sink())
+    extra = None
+    for _ in range(MAX_CHUNKS):
+        w.write(CHUNK)
+        sent.update(CHUNK)
+        await w.drain()
+        await asyncio.sleep(0.002)
+        if extra is None and moved():
+            extra = 32
+        elif extra is not None:
+            extra -= 1
+            if extra == 0:
+                break
+    w.close()
+    assert await asyncio.wait_for(got, 120) == sent.hexdigest()
+
+
+async def test_relay_is_left_for_quic_only_when_its_rate_probe_measures_it_faster(wormhole_servers, tmp_path):
+    # no direct TCP (nobody listens): the relay wins, and the Leader's upgrade looks measure the punched UDP
+    # path's QUIC rate against the relay's. A margin of 0 makes any measured QUIC rate the faster one, so the
+    # transfer moves to QUIC mid-stream; no byte is lost
+    async with running_relay(tmp_path) as server:
+        (da, db), (sa, sb), _, close = await dilated_pair(
+            wormhole_servers, server, listen=False, transit=wormhole_servers.transit_helper,
+            upgrade_interval=0.3, quic_margin=0.0)
+        try:
+            leader, statuses = (da, sa) if da.leader else (db, sb)
+            assert connected_paths(statuses)[0].startswith("relay tcp:")
+            def on_quic() -> bool:
+                return any(p.startswith("direct quic:") for p in connected_paths(statuses))
+
+            await paced_until(da, db, on_quic)
+            assert on_quic(), (connected_paths(statuses), leader.counters, leader.rates)
+            assert leader.counters["quic_probes"] >= 1 and leader.counters["upgrades"] == 1
+            assert leader.rates["quic"] > 0 and leader.rates["relay"] > 0
+            follower_link = await (db if leader is da else da).disco_link()
+            assert follower_link.endpoint.stats["quic_probes"] >= 1
+        finally:
+            await close()
+
+
+async def test_rate_probe_keeps_the_relay_when_quic_is_not_measured_faster(wormhole_servers, tmp_path):
+    # the default margin: QUIC must move 1.25 times the relay's bytes per second; the relay stays unless a
+    # probe measured that (whatever the rates, the path follows the rule)
+    async with running_relay(tmp_path) as server:
+        (da, db), (sa, sb), _, close = await dilated_pair(
+            wormhole_servers, server, listen=False, transit=wormhole_servers.transit_helper, upgrade_interval=0.3)
+        try:
+            leader, statuses = (da, sa) if da.leader else (db, sb)
+            await paced_until(da, db, lambda: leader.counters["quic_probes"] >= 2 and leader.rates["quic"])
+            # the last look's rates (read with the counter, no await between): the look that moved the
+            # transfer, or one that kept it on the relay
+            rates, upgraded = leader.rates, leader.counters["upgrades"] == 1
+            faster = rates["relay"] is not None and rates["quic"] >= 1.25 * rates["relay"]
+            assert upgraded == faster, (rates, connected_paths(statuses))
+            if not upgraded:
+                assert [p.startswith("relay tcp:") for p in connected_paths(statuses)] == [True]
         finally:
             await close()
 

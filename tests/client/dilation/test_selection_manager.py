@@ -6,6 +6,7 @@ from burrow.client.dilation.framing import PROLOGUE_FOLLOWER, PROLOGUE_LEADER, h
 from burrow.client.dilation.manager import (
     Abandon,
     Failed,
+    LateHints,
     Manager,
     Send,
     StartConnecting,
@@ -105,13 +106,48 @@ def test_selector_takes_quic_only_when_no_tcp_attempt_is_left():
     s = Selector(now=0.0, relay_head_start=2.0)
     quic = viable(direct=False, quic=True)
     assert s.candidate(quic, 0.1, direct_alive=False, tcp_alive=True) is None
-    assert s.tick(60.0, False, tcp_alive=True) is None  # a TCP dial is still pending: wait for it
+    assert s.tick(3.9, False, tcp_alive=True) is None  # a relayed TCP dial may still connect: wait for it
     relay = viable(direct=False)
-    assert s.candidate(relay, 60.1, direct_alive=False, tcp_alive=True) is relay  # TCP relay beats QUIC
+    assert s.candidate(relay, 3.95, direct_alive=False, tcp_alive=True) is relay  # TCP relay beats QUIC
     s2 = Selector(now=0.0, relay_head_start=2.0)
     quic2 = viable(direct=False, quic=True)
     assert s2.candidate(quic2, 0.1, direct_alive=True, tcp_alive=True) is None
     assert s2.waiting and s2.tick(0.2, False, tcp_alive=False) is quic2
+
+
+def test_selector_takes_quic_without_waiting_out_tcp_dials_that_hang():
+    # direct TCP dials into NATs that drop them stay alive for their whole connect timeout: QUIC waits only for
+    # the head start when the relay is dead, and a grace after it while a relayed dial is still pending
+    s = Selector(now=0.0, relay_head_start=2.0, quic_grace=2.0)
+    quic = viable(direct=False, quic=True)
+    assert s.candidate(quic, 0.5, direct_alive=True, tcp_alive=True, relay_alive=False) is None
+    assert s.tick(1.9, True, tcp_alive=True, relay_alive=False) is None
+    assert s.tick(2.0, True, tcp_alive=True, relay_alive=False) is quic
+    s2 = Selector(now=0.0, relay_head_start=2.0, quic_grace=2.0)
+    quic2 = viable(direct=False, quic=True)
+    assert s2.candidate(quic2, 0.5, direct_alive=True, tcp_alive=True, relay_alive=True) is None
+    assert s2.tick(3.9, True, tcp_alive=True, relay_alive=True) is None
+    assert s2.tick(4.0, True, tcp_alive=True, relay_alive=True) is quic2
+    s3 = Selector(now=0.0, relay_head_start=2.0)  # a direct TCP candidate still wins at once
+    assert s3.candidate(viable(direct=False, quic=True), 0.5, True, relay_alive=False) is None
+    direct = viable(direct=True)
+    assert s3.candidate(direct, 1.0, True, relay_alive=False) is direct
+
+
+def test_selector_prefers_quic_over_the_relay_once_measured_faster():
+    s = Selector(now=0.0, relay_head_start=2.0, quic_grace=2.0, prefer_quic=True)
+    relay, quic = viable(direct=False), viable(direct=False, quic=True)
+    assert s.candidate(relay, 0.5, direct_alive=False) is None  # the relay waits for QUIC
+    assert s.tick(3.9, False) is None
+    assert s.candidate(quic, 3.95, direct_alive=False) is quic
+    s1 = Selector(now=0.0, relay_head_start=2.0, quic_grace=2.0, prefer_quic=True)
+    relay1 = viable(direct=False)
+    assert s1.candidate(relay1, 0.5, direct_alive=False) is None
+    assert s1.tick(4.0, False) is relay1  # no QUIC candidate within the grace: the relay after all
+    s2 = Selector(now=0.0, relay_head_start=2.0, prefer_quic=True)
+    assert s2.candidate(viable(direct=False, quic=True), 0.5, direct_alive=True) is None
+    direct = viable(direct=True)
+    assert s2.candidate(direct, 0.7, direct_alive=True) is direct
 
 
 def kinds(actions):
@@ -138,7 +174,7 @@ def test_dilate_phase_counter_and_leader_flow():
     assert m.leader is True and out == [StartConnecting(1), Status("connecting")]
     assert m.receive({"type": "connection-hints", "hints": [1]}) == [UseHints(1, [1])]
     assert m.connection_made() == [StopConnecting(1)]
-    assert m.receive({"type": "connection-hints", "hints": [2]}) == []  # too late
+    assert m.receive({"type": "connection-hints", "hints": [2]}) == [LateHints(1, [2])]  # too late to dial
     out = m.connection_lost()
     assert out == [Send("dilate-1", {"type": "reconnect"}), Status("reconnecting")]
     assert m.state == "FLUSHING"
