@@ -15,14 +15,18 @@ and sent (sender), or received into one reusable buffer, opened in place, hashed
 from __future__ import annotations
 
 import hashlib
+import queue
 import socket
+import threading
 from collections.abc import Callable
 
 from ..errors import TransitError
 from .protocol import FRAME_HEADER, RecordDecoder, RecordEncoder
 
 RECV_BUFFER = 1024 * 1024  # bytes per receive buffer; grown to two frames when a peer's records are larger
+BUFFERS = 4  # receive buffers in use at once: one filling, the rest waiting to be hashed and written
 REPORT_EVERY = 4 * 1024 * 1024  # bytes between progress reports
+WRITE_STALL = 120.0  # seconds the receiving thread waits for the writer to free a buffer
 
 Report = Callable[[int], None]
 
@@ -46,7 +50,10 @@ def send_file(sock: socket.socket, encoder: RecordEncoder, f, size: int, record_
                 raise TransitError(f"the file ended after {done + got} of {size} bytes (it changed while sending)")
             got += k
         encoder.seal_in_place(frame[:FRAME_HEADER + n])
-        sock.sendall(frame[:FRAME_HEADER + n])
+        try:
+            sock.sendall(frame[:FRAME_HEADER + n])
+        except OSError as e:  # the socket's errors (timeouts included); the file's propagate as they are
+            raise TransitError(f"transit connection lost: {e}") from e
         done += n
         if done - reported >= REPORT_EVERY:
             report(reported := done)
@@ -58,16 +65,30 @@ def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, pref
     """Receive records until `size` plaintext bytes are written to `f`; return (sha256 hex, bytes past them).
 
     `prefix` holds bytes already read from the connection. Records of any size up to the decoder's limit
-    are accepted, however the reads cut them.
+    are accepted, however the reads cut them. This thread receives and opens; a second one hashes and
+    writes, buffer by buffer, so the receiver's work spreads over two cores.
     """
-    hasher = hashlib.sha256()
-    buf = bytearray(max(buffer_size, len(prefix)))
-    view = memoryview(buf)
+    sink = _Sink(f)
+    sink.start()
+    try:
+        rest = _receive(sock, decoder, sink, size, prefix, report, buffer_size)
+    finally:
+        sink.jobs.put(None)
+        sink.join()
+    if sink.error is not None:
+        raise sink.error
+    return sink.hasher.hexdigest(), rest
+
+
+def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes, report: Report,
+             buffer_size: int) -> bytes:
+    view = sink.buffer(max(buffer_size, len(prefix)))
     view[:len(prefix)] = prefix
-    start, end = 0, len(prefix)  # unconsumed bytes are buf[start:end]
+    start, end = 0, len(prefix)  # unconsumed bytes are view[start:end]
+    opened: list[memoryview] = []  # plaintexts in `view` not yet handed to the sink
     done = reported = 0
     while done < size:
-        need = 4  # bytes buf[start:] must hold before the next record can be opened
+        need = 4  # bytes view[start:] must hold before the next record can be opened
         while end - start >= 4:
             length = int.from_bytes(view[start:start + 4], "big")
             decoder.check_length(length)
@@ -78,8 +99,7 @@ def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, pref
             done += len(plaintext)
             if done > size:
                 raise TransitError("the sender sent more bytes than it offered")
-            hasher.update(plaintext)
-            _write_all(f, plaintext)
+            opened.append(plaintext)
             start += need
             need = 4
             if done == size:
@@ -88,20 +108,65 @@ def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, pref
             break
         if done - reported >= REPORT_EVERY:
             report(reported := done)
-        if len(buf) - start < need:  # the next record does not fit after `start`: move it to the front
-            if need > len(buf):
-                grown = bytearray(max(2 * need, len(buf)))
-                grown[:end - start] = view[start:end]
-                buf, view = grown, memoryview(grown)
-            else:
-                view[:end - start] = view[start:end]
-            start, end = 0, end - start
-        k = sock.recv_into(view[end:])
+        if len(view) - start < need:  # no room for the next record: hand this buffer over, go on in another
+            fresh = sink.buffer(max(buffer_size, 2 * need))
+            fresh[:end - start] = view[start:end]
+            sink.put(view, opened)
+            view, opened, start, end = fresh, [], 0, end - start
+        try:
+            k = sock.recv_into(view[end:])
+        except OSError as e:
+            raise TransitError(f"transit connection lost: {e}") from e
         if not k:
             raise TransitError(f"the peer closed the transit connection after {done} of {size} bytes")
         end += k
+    sink.put(view, opened)
     report(done)
-    return hasher.hexdigest(), bytes(view[start:end])
+    return bytes(view[start:end])
+
+
+class _Sink(threading.Thread):
+    """Hashes and writes opened records; lends the receiving thread at most BUFFERS buffers at a time."""
+
+    def __init__(self, f):
+        super().__init__(name="burrow-write", daemon=True)
+        self.hasher = hashlib.sha256()
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self._f = f
+        self._free: queue.Queue[memoryview] = queue.Queue()
+        self._lent = 0
+
+    def buffer(self, size: int) -> memoryview:
+        if self._lent >= BUFFERS:
+            try:
+                view = self._free.get(timeout=WRITE_STALL)
+            except queue.Empty:
+                raise TransitError("writing the file stalled") from None
+            if len(view) >= size:
+                return view
+            self._lent -= 1
+        if self.error is not None:
+            raise self.error
+        self._lent += 1
+        return memoryview(bytearray(size))
+
+    def put(self, view: memoryview, opened: list[memoryview]) -> None:
+        if self.error is not None:
+            raise self.error
+        self.jobs.put((view, opened))
+
+    def run(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            view, opened = job
+            try:
+                if self.error is None:
+                    for plaintext in opened:
+                        self.hasher.update(plaintext)
+                        _write_all(self._f, plaintext)
+            except BaseException as e:  # noqa: BLE001 - handed to the receiving thread, which raises it
+                self.error = e
+            self._free.put(view)
 
 
 def _write_all(f, data: memoryview) -> None:

@@ -234,8 +234,6 @@ class RecordPipe:
                 sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's blocked call
             await asyncio.gather(job, return_exceptions=True)
             raise
-        except (TimeoutError, OSError) as e:
-            raise TransitError(f"transit connection lost: {e}") from e
         finally:
             sock.close()
 

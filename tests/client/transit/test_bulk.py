@@ -1,6 +1,8 @@
 """Bulk record streaming (client/transit/bulk.py) over a real socket pair, and through RecordPipe."""
 
 import asyncio
+import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -115,6 +117,34 @@ def test_peer_closing_early_is_an_error():
     wire = records(os.urandom(10_000), 4000)
     with pytest.raises(TransitError, match="closed the transit connection after 8000 of 10000"):
         receive(wire[:-10], 10_000)
+
+
+def test_full_disk_stops_the_receiver_with_the_write_error():
+    a, b = socket.socketpair()
+    b.settimeout(10)
+    wire = records(os.urandom(3_000_000), 256 * 1024)
+    writer = threading.Thread(target=_send_until_closed, args=(a, wire))
+    writer.start()
+    try:
+        with open("/dev/full", "wb", buffering=0) as full, pytest.raises(OSError) as e:
+            bulk.receive_file(b, RecordDecoder(KEY), full, 3_000_000, buffer_size=300_000)
+        assert e.value.errno == errno.ENOSPC
+    finally:
+        b.close()
+        writer.join()
+        a.close()
+
+
+def _send_until_closed(s: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        s.sendall(data)
+
+
+def test_stalled_peer_is_an_error():
+    a, b = socket.socketpair()
+    b.settimeout(0.2)
+    with a, b, pytest.raises(TransitError, match="transit connection lost: timed out"):
+        bulk.receive_file(b, RecordDecoder(KEY), io.BytesIO(), 10)
 
 
 def test_file_shorter_than_offered_is_an_error():
