@@ -68,7 +68,7 @@ def test_send_file_then_receive_file(size):
     assert sent[-1] == size
 
 
-@pytest.mark.parametrize("record_size", [16 * 1024, 64 * 1024, 1000])  # wormhole-william, magic-wormhole, odd
+@pytest.mark.parametrize("record_size", [16 * 1024, 64 * 1024, 1000])  # magic-wormhole 0.24, larger, odd
 def test_records_of_other_senders_split_across_reads(record_size):
     data = os.urandom(200_000)
     got, digest, _, seen = receive(records(data, record_size), len(data), piece=4099, buffer_size=10_000)
