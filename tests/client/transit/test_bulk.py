@@ -155,17 +155,7 @@ def test_file_shorter_than_offered_is_an_error():
 
 async def test_pipe_receive_file_takes_over_records_already_queued(tmp_path):
     """Records the event loop already read (and one it is halfway through) are not lost to the thread."""
-    s, r = Transit("sender"), Transit("receiver")
-    hs, hr = await s.get_hints(), await r.get_hints()
-    s.add_peer_hints(hr)
-    r.add_peer_hints(hs)
-    s.set_key(KEY)
-    r.set_key(KEY)
-    try:
-        ps, pr = await asyncio.gather(s.connect(20), r.connect(20))
-    finally:
-        await s.close()
-        await r.close()
+    ps, pr = await pipes()
     data = os.urandom(600_000)
     frames = b"".join(bytes(ps.seal(data[i:i + 100_000])) for i in range(0, 400_000, 100_000))
     half = len(frames) - 50_000
@@ -189,3 +179,42 @@ async def test_pipe_receive_file_takes_over_records_already_queued(tmp_path):
     assert await ps.receive_record() == b"ack"
     await ps.close()
     await pr.close()
+
+
+async def pipes():
+    """A direct sender/receiver RecordPipe pair on 127.0.0.1."""
+    s, r = Transit("sender"), Transit("receiver")
+    hs, hr = await s.get_hints(), await r.get_hints()
+    s.add_peer_hints(hr)
+    r.add_peer_hints(hs)
+    s.set_key(KEY)
+    r.set_key(KEY)
+    try:
+        return await asyncio.gather(s.connect(20), r.connect(20))
+    finally:
+        await s.close()
+        await r.close()
+
+
+async def test_cancelled_receive_stops_its_thread(tmp_path):
+    ps, pr = await pipes()
+    with open(tmp_path / "out", "wb") as fr:
+        receiving = asyncio.ensure_future(pr.receive_file(fr, 10_000_000, lambda n: None))
+        await ps.send_record(bytes(1000))
+        await asyncio.sleep(0.2)
+        receiving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(receiving, 10)  # returns only once the worker thread has stopped
+    assert not [t for t in threading.enumerate() if t.name == "burrow-write"]
+    await ps.close()
+    await pr.close()
+
+
+async def test_receiver_gone_mid_file_is_a_transit_error(tmp_path):
+    ps, pr = await pipes()
+    src = tmp_path / "src"
+    src.write_bytes(bytes(64 * 1024 * 1024))
+    await pr.close()
+    with open(src, "rb") as fs, pytest.raises(TransitError, match="transit connection lost"):
+        await ps.send_file(fs, 64 * 1024 * 1024, 256 * 1024, lambda n: None)
+    await ps.close()
