@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import socket
+import struct
 from collections.abc import Callable
 
 from ..errors import TransitError
@@ -134,6 +135,14 @@ class _PipeProtocol(asyncio.BufferedProtocol):
             raise TransitError("transit connection lost")
 
 
+def _set_stall_timeout(sock: socket.socket, seconds: float) -> None:
+    """SO_SNDTIMEO and SO_RCVTIMEO: how long one blocking call may wait (0: for ever)."""
+    tv = struct.pack("ll", int(seconds), 0)
+    with contextlib.suppress(OSError):  # a socket already shut down
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+
+
 class RecordPipe:
     """An encrypted, ordered record stream over the winning TCP connection."""
 
@@ -221,7 +230,11 @@ class RecordPipe:
             raise TransitError("transit connection lost")
         loop = asyncio.get_running_loop()
         sock = self._transport.get_extra_info("socket").dup()
-        sock.settimeout(STALL_TIMEOUT)  # also keeps the shared descriptor non-blocking, as the loop needs it
+        # Blocking calls cost the kernel less than non-blocking ones with poll() (Python's socket timeouts):
+        # the descriptor (shared with the loop's socket) blocks while the thread has it, bounded by the
+        # kernel's own send and receive timeouts, and is non-blocking again before the loop uses it.
+        _set_stall_timeout(sock, STALL_TIMEOUT)
+        sock.setblocking(True)
 
         def report(done: int) -> None:
             loop.call_soon_threadsafe(progress, done)
@@ -235,6 +248,8 @@ class RecordPipe:
             await asyncio.gather(job, return_exceptions=True)
             raise
         finally:
+            sock.setblocking(False)
+            _set_stall_timeout(sock, 0)
             sock.close()
 
     async def close(self) -> None:

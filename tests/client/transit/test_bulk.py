@@ -175,6 +175,8 @@ async def test_pipe_receive_file_takes_over_records_already_queued(tmp_path):
         await ps.send_file(fs, 200_000, 64 * 1024, lambda n: None)
         digest = await receiving
     assert out.read_bytes() == data and digest == hashlib.sha256(data).hexdigest()
+    for p in (ps, pr):  # the threads' blocking calls are over: the loop's socket is non-blocking again
+        assert not os.get_blocking(p._transport.get_extra_info("socket").fileno())
     await pr.send_record(b"ack")  # the pipe still works both ways afterwards
     assert await ps.receive_record() == b"ack"
     await ps.close()
