@@ -13,14 +13,22 @@ subchannels: every protocol cost is zero. It is a yardstick for what the cipher 
 hard ceiling: it is one blocking thread per side, and a client that overlaps its work differently can edge
 past it (burrow did in two direct runs). Used by bench/dilation.py (the "cipher-only" column).
 
+The floor of a classic file transfer (bench/transfer.py's "floor" row) is the secretbox stream with
+`--file` on the sender (each record's plaintext read from the file) and `--out` on the receiver (each
+opened record hashed with SHA-256, which the receiver's acknowledgement carries, and written to a file):
+the least work any correct sender and receiver do, still one blocking thread per side.
+
     python bench/cipher_only.py recv (--transit tcp:HOST:PORT | --listen) --bytes N [--cipher secretbox]
         # prints "port P", then "received N SECONDS"
     python bench/cipher_only.py send (--transit tcp:HOST:PORT | --connect HOST:PORT) --bytes N [--cipher secretbox]
+        [--file SRC]     # and recv [--out DST]: the floor
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import os
 import socket
 import struct
@@ -112,25 +120,35 @@ def receive(s: socket.socket, total: int) -> tuple[int, float]:
     return got, time.perf_counter() - t0
 
 
-def send_secretbox(s: socket.socket, total: int) -> None:
-    """Classic Transit's records: length, nonce, MAC and ciphertext, one sendall each."""
+def send_secretbox(s: socket.socket, total: int, source: str | None = None) -> None:
+    """Classic Transit's records: length, nonce, MAC and ciphertext, one sendall each.
+
+    With `source`, each record's plaintext is read from that file (the floor: what any sender must do)."""
     box, plain = secretbox(), os.urandom(RECORD_SIZE)
     frame = bytearray(4 + 24 + 16 + RECORD_SIZE)
     struct.pack_into(">I", frame, 0, len(frame) - 4)
     view = memoryview(frame)
+    f = open(source, "rb", buffering=0) if source else None  # noqa: SIM115
     for n in range(-(-total // RECORD_SIZE)):
         nonce = n.to_bytes(24, "big")
         view[4:28] = nonce
-        box.seal_into(view[28:], plain, nonce, KEY)
+        if f is not None:
+            f.readinto(view[44:])
+            box.seal_into(view[28:], view[44:], nonce, KEY)
+        else:
+            box.seal_into(view[28:], plain, nonce, KEY)
         s.sendall(view)
     s.shutdown(socket.SHUT_WR)
     s.recv(1)
 
 
-def receive_secretbox(s: socket.socket, total: int) -> tuple[int, float]:
+def receive_secretbox(s: socket.socket, total: int, out_path: str | None = None) -> tuple[int, float]:
+    """With `out_path`, each record's plaintext is also hashed (SHA-256) and written to that file."""
     box, frame_len = secretbox(), 4 + 24 + 16 + RECORD_SIZE
     buf, out = bytearray(frame_len), bytearray(RECORD_SIZE)
     view = memoryview(buf)
+    f = open(out_path, "wb", buffering=0) if out_path else None  # noqa: SIM115
+    hasher = hashlib.sha256()
     records, got, t0 = -(-total // RECORD_SIZE), 0, None
     for _ in range(records):
         have = 0
@@ -142,6 +160,9 @@ def receive_secretbox(s: socket.socket, total: int) -> tuple[int, float]:
             have += k
         if not box.open_into(out, view[28:], bytes(view[4:28]), KEY):
             raise SystemExit("a record failed to authenticate")
+        if f is not None:
+            hasher.update(out)
+            f.write(out)
         got += RECORD_SIZE
     return got, time.perf_counter() - t0
 
@@ -155,8 +176,14 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, required=True, help="rounded up to whole batches of records")
     ap.add_argument("--cipher", choices=["noise", "secretbox"], default="noise",
                     help="Dilation's records (noise) or classic Transit's (secretbox)")
+    ap.add_argument("--file", help="secretbox send: read the records' plaintext from this file (whole records)")
+    ap.add_argument("--out", help="secretbox recv: hash the plaintext with SHA-256 and write it to this file")
     a = ap.parse_args()
     recv_fn, send_fn = (receive, send) if a.cipher == "noise" else (receive_secretbox, send_secretbox)
+    if a.file:
+        send_fn = functools.partial(send_secretbox, source=a.file)
+    if a.out:
+        recv_fn = functools.partial(receive_secretbox, out_path=a.out)
     if a.role == "recv":
         if a.listen:
             ls = socket.create_server(("127.0.0.1", 0))

@@ -11,6 +11,8 @@ Each mode also runs the cipher-only stream (bench/cipher_only.py --cipher secret
 processes that only seal, send, receive and open classic Transit records, no protocol, no file, no hash; a
 yardstick for what the cipher and the path allow. Prints a Markdown table with the burrow / magic-wormhole
 and burrow / cipher-only ratios.
+With --clients ...,floor each mode also runs the floor: the same stream, but the sender reads each record
+from the file and the receiver hashes it (SHA-256) and writes it, the least a correct transfer does.
 
 Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow] [--congestion cubic|bbr]
 """
@@ -110,18 +112,23 @@ def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: i
             "cpu_recv": cpu.get("recv", 0.0)}
 
 
-def run_cipher_only(relay_only: bool, servers, size: int) -> dict:
-    """The cipher-only stream on the same path (direct, or through the transit relay), with its CPU."""
+def run_cipher_only(relay_only: bool, servers, size: int, src: Path | None = None, work: Path | None = None
+                    ) -> dict:
+    """The cipher-only stream on the same path (direct, or through the transit relay), with its CPU.
+
+    With `src` (and `work`), the floor: the sender reads `src`, the receiver hashes and writes a copy."""
     script = str(ROOT / "bench" / "cipher_only.py")
     where = ["--transit", servers.transit_helper] if relay_only else ["--listen"]
+    floor_send = ["--file", str(src)] if src else []
+    floor_recv = ["--out", str(work / "floor-copy.bin")] if src else []
     cpu: dict = {}
-    recv = subprocess.Popen([sys.executable, script, "recv", *where, "--bytes", str(size), "--cipher", "secretbox"],
-                            stdout=subprocess.PIPE, text=True)
+    recv = subprocess.Popen([sys.executable, script, "recv", *where, "--bytes", str(size), "--cipher", "secretbox",
+                             *floor_recv], stdout=subprocess.PIPE, text=True)
     try:
         port = recv.stdout.readline().split()[1]
         where = ["--transit", servers.transit_helper] if relay_only else ["--connect", f"127.0.0.1:{port}"]
         send = subprocess.Popen([sys.executable, script, "send", *where, "--bytes", str(size),
-                                 "--cipher", "secretbox"])
+                                 "--cipher", "secretbox", *floor_send])
         ts = threading.Thread(target=wait_rusage, args=(send, cpu, "send"))
         ts.start()
         _, got, seconds = recv.stdout.readline().split()
@@ -132,7 +139,9 @@ def run_cipher_only(relay_only: bool, servers, size: int) -> dict:
         if recv.poll() is None:
             recv.kill()
     secs = float(seconds)
-    return {"client": "cipher-only", "mode": "relay" if relay_only else "direct", "ok": int(got) >= size,
+    if src:
+        (work / "floor-copy.bin").unlink(missing_ok=True)
+    return {"client": "floor" if src else "cipher-only", "mode": "relay" if relay_only else "direct", "ok": int(got) >= size,
             "seconds": secs, "mbps": int(got) / secs / 1e6, "e2e": secs, "e2e_mbps": int(got) / secs / 1e6,
             "cpu_send": cpu.get("send", 0.0), "cpu_recv": cpu.get("recv", 0.0)}
 
@@ -142,7 +151,8 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
     ap.add_argument("--clients", default="burrow,wormhole,cipher-only",
-                    help="burrow, wormhole (magic-wormhole 0.24) and the cipher-only yardstick")
+                    help="burrow, wormhole (magic-wormhole 0.24), the cipher-only yardstick, and floor (the "
+                         "cipher-only stream that also reads the file, hashes and writes the copy)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each case N times (interleaved) and keep the fastest: other load on a shared "
                          "machine only ever slows a run down")
@@ -167,6 +177,8 @@ def main() -> None:
                     for client in args.clients.split(","):
                         if client == "cipher-only":
                             rows.append(run_cipher_only(mode, servers, src.stat().st_size))
+                        elif client == "floor":
+                            rows.append(run_cipher_only(mode, servers, src.stat().st_size, src, work))
                         else:
                             rows.append(run_case(client, mode, servers, src, work, n))
                         n += 1
@@ -204,10 +216,12 @@ def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0,
             print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x streaming, "
                   f"{b['e2e_mbps'] / w['e2e_mbps']:.2f}x end to end; "
                   f"CPU seconds burrow {cpu_b:.2f} vs magic-wormhole {cpu_w:.2f}")
-        if "burrow" in by and "cipher-only" in by and by["cipher-only"]["mbps"]:
-            b, c = by["burrow"], by["cipher-only"]
-            print(f"- {mode}: burrow / cipher-only rate = {b['mbps'] / c['mbps']:.0%}; CPU seconds (both sides) "
-                  f"burrow {b['cpu_send'] + b['cpu_recv']:.2f} vs cipher-only {c['cpu_send'] + c['cpu_recv']:.2f}")
+        for yardstick in ("cipher-only", "floor"):
+            if "burrow" in by and yardstick in by and by[yardstick]["mbps"]:
+                b, c = by["burrow"], by[yardstick]
+                print(f"- {mode}: burrow / {yardstick} rate = {b['mbps'] / c['mbps']:.0%}; CPU seconds (both sides) "
+                      f"burrow {b['cpu_send'] + b['cpu_recv']:.2f} vs {yardstick} "
+                      f"{c['cpu_send'] + c['cpu_recv']:.2f}")
 
 
 if __name__ == "__main__":

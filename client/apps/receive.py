@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import os
 import shutil
@@ -19,7 +18,6 @@ import stat
 import tempfile
 import zipfile
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -206,36 +204,9 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
 
 
 async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress) -> str:
-    """Authenticate, hash and write in a worker thread while the event loop reads the next record."""
-    hasher = hashlib.sha256()
-    loop = asyncio.get_running_loop()
-
-    def consume(body: bytes) -> None:
-        record = pipe.open_frame(body)
-        hasher.update(record)
-        f.write(record)
-
-    done = 0
-    pending = None
+    """Receive, open, hash and write in one worker thread (client/transit/bulk.py); returns the SHA-256."""
     progress(0, size)  # the first byte: the bar's rate is timed from here
-    with ThreadPoolExecutor(1, thread_name_prefix="burrow-write") as ex:
-        try:
-            while done < size:
-                body = await pipe.read_frame()
-                done += len(body) - 40  # nonce (24) + MAC (16)
-                if done > size:
-                    raise TransferError("the sender sent more bytes than it offered")
-                if pending is not None:
-                    await pending
-                pending = loop.run_in_executor(ex, consume, body)
-                progress(done, size)
-            if pending is not None:
-                await pending
-        except BaseException:
-            if pending is not None:
-                await asyncio.gather(pending, return_exceptions=True)
-            raise
-    return hasher.hexdigest()
+    return await pipe.receive_file(f, size, lambda done: progress(done, size))
 
 
 def text_of(received: Received) -> str:

@@ -14,7 +14,6 @@ import os
 import tempfile
 import zipfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -239,27 +238,7 @@ async def _connect_or_tell(w: Wormhole, transit: Transit) -> RecordPipe:
 
 
 async def _stream_out(pipe: RecordPipe, source: Path, size: int, progress: Progress) -> None:
-    """Read and encrypt in a worker thread, one record ahead of the socket writes."""
-    loop = asyncio.get_running_loop()
-    bufs = [bytearray(RECORD_SIZE), bytearray(RECORD_SIZE)]  # the worker fills one while we send the other
-
-    with open(source, "rb", buffering=0) as f, ThreadPoolExecutor(1, thread_name_prefix="burrow-read") as ex:
-        def produce(i: int, want: int) -> bytes:
-            view = memoryview(bufs[i % 2])[:want]
-            n = f.readinto(view)
-            if n != want:
-                raise TransferError(f"{source} changed size while sending")
-            return pipe.seal(view)
-
-        done, i = 0, 0
-        progress(0, size)  # the first byte: the bar's rate is timed from here
-        nxt = loop.run_in_executor(ex, produce, 0, min(RECORD_SIZE, size)) if size else None
-        while nxt is not None:
-            frame = await nxt
-            want = min(RECORD_SIZE, size - done)
-            done += want
-            i += 1
-            nxt = loop.run_in_executor(ex, produce, i, min(RECORD_SIZE, size - done)) if done < size else None
-            pipe.write_frame(frame)
-            await pipe.drain()
-            progress(done, size)
+    """Read, seal and send in one worker thread (client/transit/bulk.py); the loop only reports progress."""
+    progress(0, size)  # the first byte: the bar's rate is timed from here
+    with open(source, "rb", buffering=0) as f:
+        await pipe.send_file(f, size, RECORD_SIZE, lambda done: progress(done, size))

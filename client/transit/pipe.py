@@ -11,12 +11,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import socket
+import struct
+from collections.abc import Callable
 
 from ..errors import TransitError
+from . import bulk
 from . import protocol as P
 
 WRITE_HIGH_WATER = 4 * 1024 * 1024  # bytes queued in the transport before drain() waits
 CLOSE_TIMEOUT = 5.0  # seconds to wait for the peer to see our close
+STALL_TIMEOUT = 120.0  # seconds a bulk send or receive waits on the socket before giving up
 MAX_QUEUED_FRAMES = 16  # received frames waiting for the application before we stop reading
 
 
@@ -68,6 +73,19 @@ class _PipeProtocol(asyncio.BufferedProtocol):
             self.buffer_updated(n)
             view = view[n:]
 
+    def take_buffered(self) -> bytes:
+        """The bytes read but not yet taken, as they came off the wire (queued records, then a partial one)."""
+        parts = []
+        for frame in self._frames:
+            parts += [len(frame).to_bytes(4, "big"), frame]
+        if self._frame is None:
+            parts.append(self._hdr[:self._pos])
+        else:
+            parts += [len(self._frame).to_bytes(4, "big"), self._frame[:self._pos]]
+        self._frames.clear()
+        self._frame, self._pos, self._paused = None, 0, False
+        return b"".join(parts)
+
     def eof_received(self) -> bool:
         self._eof = True
         self._readable.set()
@@ -115,6 +133,14 @@ class _PipeProtocol(asyncio.BufferedProtocol):
             raise self._error
         if self.transport is None or self.transport.is_closing():
             raise TransitError("transit connection lost")
+
+
+def _set_stall_timeout(sock: socket.socket, seconds: float) -> None:
+    """SO_SNDTIMEO and SO_RCVTIMEO: how long one blocking call may wait (0: for ever)."""
+    tv = struct.pack("ll", int(seconds), 0)
+    with contextlib.suppress(OSError):  # a socket already shut down
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
 
 
 class RecordPipe:
@@ -171,6 +197,60 @@ class RecordPipe:
 
     async def receive_record(self) -> bytearray:
         return self.open_frame(await self.read_frame())
+
+    # Bulk transfer: a file's records move in one worker thread on a duplicate of the socket, with
+    # blocking calls (client/transit/bulk.py), while the event loop neither reads nor writes this connection.
+    async def send_file(self, f, size: int, record_size: int, progress: Callable[[int], None]) -> None:
+        """Send `size` bytes of the open file `f` as records of `record_size` plaintext bytes."""
+        self._transport.set_write_buffer_limits(high=0)  # drain() now waits until nothing is queued
+        try:
+            await self.drain()
+        finally:
+            self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        await self._in_thread(lambda sock, report: bulk.send_file(sock, self._enc, f, size, record_size, report),
+                              progress)
+
+    async def receive_file(self, f, size: int, progress: Callable[[int], None]) -> str:
+        """Write the next `size` plaintext bytes to the open file `f`; return their SHA-256 (hex)."""
+        if self._proto._error is not None:
+            raise self._proto._error
+        self._transport.pause_reading()
+        prefix = self._proto.take_buffered()
+        try:
+            digest, rest = await self._in_thread(
+                lambda sock, report: bulk.receive_file(sock, self._dec, f, size, prefix, report), progress)
+        finally:
+            with contextlib.suppress(Exception):
+                self._transport.resume_reading()
+        self._proto.feed(rest)
+        return digest
+
+    async def _in_thread(self, work, progress: Callable[[int], None]):
+        if self._transport.is_closing():
+            raise TransitError("transit connection lost")
+        loop = asyncio.get_running_loop()
+        sock = self._transport.get_extra_info("socket").dup()
+        # Blocking calls cost the kernel less than non-blocking ones with poll() (Python's socket timeouts):
+        # the descriptor (shared with the loop's socket) blocks while the thread has it, bounded by the
+        # kernel's own send and receive timeouts, and is non-blocking again before the loop uses it.
+        _set_stall_timeout(sock, STALL_TIMEOUT)
+        sock.setblocking(True)
+
+        def report(done: int) -> None:
+            loop.call_soon_threadsafe(progress, done)
+
+        job = asyncio.ensure_future(asyncio.to_thread(work, sock, report))
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's blocked call
+            await asyncio.gather(job, return_exceptions=True)
+            raise
+        finally:
+            sock.setblocking(False)
+            _set_stall_timeout(sock, 0)
+            sock.close()
 
     async def close(self) -> None:
         """Flush what is queued, close, and wait (up to CLOSE_TIMEOUT) for the connection to end."""

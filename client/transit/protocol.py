@@ -22,6 +22,7 @@ from ..nat import SIMOPEN_ABILITY
 from ..sodium import secretbox
 
 TRANSIT_KEY_LENGTH = 32
+FRAME_HEADER = 4 + 24 + 16  # length, nonce and MAC in front of each record's ciphertext
 MAX_RECORD = 64 * 1024 * 1024  # bytes; a peer announcing more is broken or hostile
 MAX_HANDSHAKE = 1024  # bytes we read before a handshake must be complete
 ABILITIES = [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}, SIMOPEN_ABILITY]
@@ -240,6 +241,22 @@ class _Box:
             raise TransitProtocolError("encryption failed") from e
         return frame
 
+    def seal_in_place(self, frame: memoryview, nonce: bytes) -> None:
+        """frame = length, nonce, MAC, plaintext: fill in the first three, encrypt the plaintext where it is."""
+        frame[0:4] = (len(frame) - 4).to_bytes(4, "big")
+        frame[4:28] = nonce
+        # libsodium seals with the MAC in front: out at +28 and in at +44 is exactly in place, no memmove
+        try:
+            self._lib.seal_into(frame[28:], frame[FRAME_HEADER:], nonce, self._key)
+        except ValueError as e:
+            raise TransitProtocolError("encryption failed") from e
+
+    def open_in_place(self, body: memoryview, nonce: bytes) -> memoryview:
+        """body = nonce, MAC, ciphertext: decrypt where it lies and return the plaintext's view."""
+        if not self._lib.open_into(body[40:], body[24:], nonce, self._key):
+            raise TransitProtocolError("record failed to authenticate")
+        return body[40:]
+
     def open(self, body, nonce: bytes) -> bytearray:
         out = bytearray(len(body) - 24 - 16)
         if not self._lib.open_into(out, memoryview(body)[24:], nonce, self._key):
@@ -256,6 +273,12 @@ class RecordEncoder:
         nonce = self._nonce.to_bytes(24, "big")
         self._nonce += 1
         return self._box.seal_frame(plaintext, nonce)
+
+    def seal_in_place(self, frame: memoryview) -> None:
+        """Seal the plaintext at frame[FRAME_HEADER:] as the next record, filling in its header."""
+        nonce = self._nonce.to_bytes(24, "big")
+        self._nonce += 1
+        self._box.seal_in_place(frame, nonce)
 
 
 class RecordDecoder:
@@ -276,6 +299,15 @@ class RecordDecoder:
         if bytes(memoryview(body)[:24]) != expected:
             raise TransitProtocolError("bad record nonce (reordered, replayed or wrong key)")
         plaintext = self._box.open(body, expected)
+        self._nonce += 1
+        return plaintext
+
+    def open_in_place(self, body: memoryview) -> memoryview:
+        """Open one framed body (nonce || MAC || ciphertext) where it lies; returns the plaintext's view."""
+        expected = self._nonce.to_bytes(24, "big")
+        if body[:24] != expected:
+            raise TransitProtocolError("bad record nonce (reordered, replayed or wrong key)")
+        plaintext = self._box.open_in_place(body, expected)
         self._nonce += 1
         return plaintext
 
