@@ -1,7 +1,10 @@
 """One client connection: asyncio.Protocol + the `websockets` sans-IO ServerProtocol.
 
 No task per connection: bytes in -> WebSocket frames -> the host's `receive`; replies come back
-through `send_many`/`drop` once the state they depend on is stored. The connection knows its server only
+through `send_many`/`drop` once the state they depend on is stored. After the handshake, complete
+unfragmented masked text frames (nearly every client frame) are cut straight out of the received bytes;
+every other frame goes whole to `websockets`, which therefore always stands at a frame boundary and
+answers pings, fragments, close frames and errors exactly as it would on its own. The connection knows its server only
 through `ConnectionHost`, the few calls and settings it needs. WebSocket pings are
 answered inside `websockets`; `GET /` answers like the reference ("Wormhole Relay"); only `/v1`
 upgrades; everything else is 404.
@@ -19,6 +22,7 @@ from websockets.exceptions import PayloadTooBig
 from websockets.frames import BINARY as OP_BINARY
 from websockets.frames import CONT as OP_CONT
 from websockets.frames import TEXT as OP_TEXT
+from websockets.frames import apply_mask  # the C speedup when built
 from websockets.http11 import Request
 from websockets.protocol import CLOSED, OPEN, SERVER, Protocol
 from websockets.server import ServerProtocol
@@ -31,6 +35,41 @@ HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
 CLOSE_GRACE = 2.0  # seconds to wait for the client's close frame / TCP close after ours
 SERVER_HEADER = "Burrow Mailbox"
 _HEADERS = [bytes((0x81, n)) for n in range(126)]  # FIN + text, unmasked, payloads under 126 bytes
+FIN_TEXT = 0x81  # first header byte of a complete text frame without reserved bits
+MORE = -1  # frame_at: the frame is not complete yet
+FOREIGN = -2  # frame_at: a header websockets refuses at once (it fails the connection on these bytes)
+_OPCODES = frozenset((0, 1, 2, 8, 9, 10))  # continuation, text, binary, close, ping, pong
+
+
+def frame_at(buf: bytes, pos: int, max_size: int | None) -> tuple[int, int]:
+    """(payload start, frame end) of the client frame at `pos`, (MORE, 0) or (FOREIGN, 0).
+
+    FOREIGN is what `websockets` refuses from the header alone: unmasked, reserved bits, unknown opcode,
+    a control frame fragmented or over 125 bytes, a payload over `max_size`. The caller hands those bytes
+    over at once, so the close code and its timing stay those of `websockets`."""
+    n = len(buf)
+    if n - pos < 2:
+        return MORE, 0
+    b0, b1 = buf[pos], buf[pos + 1]
+    length = b1 & 0x7F
+    if (not b1 & 0x80 or b0 & 0x70 or (b0 & 0x0F) not in _OPCODES
+            or (b0 & 0x08 and (length > 125 or not b0 & 0x80))):
+        return FOREIGN, 0
+    start = pos + 6
+    if length == 126:
+        if n - pos < 4:
+            return MORE, 0
+        length = int.from_bytes(buf[pos + 2:pos + 4], "big")
+        start = pos + 8
+    elif length == 127:
+        if n - pos < 10:
+            return MORE, 0
+        length = int.from_bytes(buf[pos + 2:pos + 10], "big")
+        start = pos + 14
+    if max_size is not None and length > max_size:
+        return FOREIGN, 0
+    end = start + length
+    return (start, end) if end <= n else (MORE, 0)
 
 
 def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
@@ -89,6 +128,10 @@ class WSConnection(asyncio.Protocol):
         self.last_rx = time.monotonic()
         self.close_reason = "client"
         self.fragments: list[bytes] = []
+        # Frame fast path: on once the upgrade left websockets with no buffered bytes; `rx` holds the
+        # start of an incomplete frame (at most one frame: bounded by the size limit).
+        self.fast = False
+        self.rx = b""
         self.timer: asyncio.TimerHandle | None = None
         # Output queued for one write: the 101 response until the welcome joins it, and a batch's frames
         # until its close frame joins them (each write is a send() syscall, the top cost per frame).
@@ -101,6 +144,42 @@ class WSConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_rx = time.monotonic()
+        if self.fast:
+            self._receive_frames(self.rx + data if self.rx else data)
+        else:
+            self._ws_receive(data)
+        self.flush_ws()
+
+    def _receive_frames(self, buf: bytes) -> None:
+        """The fast path: complete text frames go to the host here, in order with everything else, and
+        websockets gets every other frame whole (or the rest of the stream once the connection is no
+        longer open or a header is refused)."""
+        self.rx = b""
+        ws = self.ws
+        pos, n = 0, len(buf)
+        limit = self.host.frame_limit
+        while pos < n:
+            size = ws.current_size  # bytes of a fragmented message so far (None: not in one)
+            if ws.state is not OPEN:
+                start = FOREIGN
+            else:
+                start, end = frame_at(buf, pos, limit if limit is None or size is None else limit - size)
+            if start == MORE:
+                self.rx = buf[pos:]
+                return
+            if start == FOREIGN:
+                self.fast = False
+                self._ws_receive(buf[pos:] if pos else buf)
+                return
+            if buf[pos] == FIN_TEXT and size is None:
+                if self.session is not None:
+                    self.host.receive(self, apply_mask(buf[start:end], buf[start - 4:start]))
+            else:
+                self._ws_receive(buf[pos:end])
+            pos = end
+
+    def _ws_receive(self, data: bytes) -> None:
+        """Hand bytes to websockets and act on what it parsed."""
         self.ws.receive_data(data)
         events = self.ws.events_received()
         for event in events:
@@ -117,15 +196,19 @@ class WSConnection(asyncio.Protocol):
                 self.host.count_refusal("message_bytes")
             else:
                 self.host.count_error("bad websocket frame")
-        self.flush_ws()
 
     def eof_received(self) -> bool | None:
+        if self.rx:  # an incomplete frame: websockets ends on it as it would have on its own
+            self.fast = False
+            self._ws_receive(self.rx)
+            self.rx = b""
         self.ws.receive_eof()
         self.flush_ws()
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.out.clear()
+        self.fast, self.rx = False, b""
         if self.timer is not None:
             self.timer.cancel()
         self.host.connection_gone(self)
@@ -154,6 +237,7 @@ class WSConnection(asyncio.Protocol):
             # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
             self.out.extend(self.ws.data_to_send())  # the 101 goes out with the welcome, in one write
             self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
+            self.fast = True
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -1,0 +1,262 @@
+"""The frame fast path of a mailbox connection, over a real socket to a real server.
+
+Complete masked text frames are cut from the received bytes by the connection itself; every other frame
+goes whole to `websockets`. These tests write hand-built frames, split and joined across writes, and read
+the server's answers with the `websockets` client parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+
+import pytest
+from websockets.client import ClientProtocol
+from websockets.frames import CLOSE, PONG, TEXT, Close
+from websockets.http11 import Response
+from websockets.uri import parse_uri
+
+from burrow.mailbox_server.server import MailboxServer
+
+from .test_server import make_config
+
+MASK = b"\x37\xfa\x21\x3d"
+
+
+def frame(payload: bytes, opcode: int = 1, fin: bool = True, mask: bytes | None = MASK) -> bytes:
+    """One client frame, built by hand (7, 16 or 64-bit length)."""
+    n = len(payload)
+    head = bytes(((0x80 if fin else 0) | opcode,))
+    bit = 0x80 if mask is not None else 0
+    if n < 126:
+        head += bytes((bit | n,))
+    elif n < 65536:
+        head += bytes((bit | 126,)) + n.to_bytes(2, "big")
+    else:
+        head += bytes((bit | 127,)) + n.to_bytes(8, "big")
+    if mask is None:
+        return head + payload
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def msg(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+class Raw:
+    """A client socket that writes raw bytes and parses what the server sends."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.ws = ClientProtocol(parse_uri("ws://127.0.0.1/v1"), max_size=None)
+        self.events: list = []
+
+    @classmethod
+    async def open(cls, port: int) -> Raw:
+        raw = cls(*await asyncio.open_connection("127.0.0.1", port))
+        raw.ws.send_request(raw.ws.connect())
+        raw.writer.write(b"".join(raw.ws.data_to_send()))
+        first = await raw.next()
+        assert isinstance(first, Response) and first.status_code == 101
+        assert json.loads((await raw.next()).data)["type"] == "welcome"
+        return raw
+
+    async def send(self, *chunks: bytes) -> None:
+        for chunk in chunks:
+            self.writer.write(chunk)
+            await self.writer.drain()
+
+    async def next(self):
+        """The next handshake response or frame from the server (None at EOF)."""
+        while not self.events:
+            data = await asyncio.wait_for(self.reader.read(65536), 5)
+            if not data:
+                return None
+            self.ws.receive_data(data)
+            self.events.extend(self.ws.events_received())
+        return self.events.pop(0)
+
+    async def json(self) -> dict:
+        f = await self.next()
+        assert f is not None and f.opcode is TEXT
+        out = json.loads(f.data)
+        out.pop("server_tx", None)
+        return out
+
+    async def close_code(self) -> int:
+        """Frames until the close frame; its code."""
+        while True:
+            f = await self.next()
+            assert f is not None, "EOF without a close frame"
+            if f.opcode is CLOSE:
+                return Close.parse(f.data).code
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@pytest.fixture
+async def server(tmp_path):
+    srv = MailboxServer(make_config(tmp_path, max_message_bytes=100))  # frames up to 100 + 65536 bytes
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+def spy_on_websockets(srv: MailboxServer) -> list[bytes]:
+    """Record every byte string the (only) connection hands to the websockets parser."""
+    (conn,) = srv.conns.values()
+    seen: list[bytes] = []
+    real = conn.ws.receive_data
+
+    def receive_data(data: bytes) -> None:
+        seen.append(bytes(data))
+        real(data)
+    conn.ws.receive_data = receive_data
+    return seen
+
+
+async def until(predicate) -> None:
+    for _ in range(250):  # bounded: 5 s
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
+async def test_text_frames_skip_the_websockets_parser_and_keep_their_order(server):
+    raw = await Raw.open(server.port)
+    seen = spy_on_websockets(server)
+    long = "p" * 300  # 16-bit length
+    await raw.send(frame(msg(type="ping", ping=1, id="a")) + frame(msg(type="ping", ping=long, id="b")))
+    got = [await raw.json() for _ in range(4)]
+    assert got == [{"type": "ack", "id": "a"}, {"type": "pong", "pong": 1},
+                   {"type": "ack", "id": "b"}, {"type": "pong", "pong": long}]
+    assert seen == []
+    raw.close()
+
+
+async def test_a_frame_split_across_reads_waits_for_its_end(server):
+    raw = await Raw.open(server.port)
+    (conn,) = server.conns.values()
+    whole = frame(msg(type="ping", ping="s" * 200, id="c"))
+    for cut in (1, 3, 7, len(whole) - 1):  # inside the header, the length, the mask, the payload
+        await raw.send(whole[:cut])
+        await until(lambda cut=cut: conn.rx == whole[:cut])
+        await raw.send(whole[cut:])
+        assert await raw.json() == {"type": "ack", "id": "c"}
+        assert (await raw.json())["pong"] == "s" * 200
+        assert conn.rx == b""
+    raw.close()
+
+
+async def test_a_fragmented_message_with_a_ping_inside_goes_through_websockets(server):
+    raw = await Raw.open(server.port)
+    seen = spy_on_websockets(server)
+    text = msg(type="ping", ping="frag", id="f")
+    ping = frame(b"hi", opcode=9)
+    parts = [frame(text[:5], fin=False), ping, frame(text[5:12], opcode=0, fin=False),
+             frame(text[12:], opcode=0)]
+    await raw.send(parts[0][:4], parts[0][4:] + parts[1][:3], parts[1][3:] + parts[2], parts[3])
+    pong = await raw.next()
+    assert pong.opcode is PONG and pong.data == b"hi"
+    assert await raw.json() == {"type": "ack", "id": "f"}
+    assert await raw.json() == {"type": "pong", "pong": "frag"}
+    assert seen == parts  # each whole, none split
+    await raw.send(frame(msg(type="ping", ping=2, id="g")))  # then the fast path again
+    assert await raw.json() == {"type": "ack", "id": "g"}
+    assert len(seen) == 4
+    raw.close()
+
+
+async def test_a_text_frame_inside_a_fragmented_message_is_a_protocol_error(server):
+    raw = await Raw.open(server.port)
+    await raw.send(frame(b'{"type"', fin=False) + frame(msg(type="ping", ping=1)))
+    assert await raw.close_code() == 1002
+    raw.close()
+
+
+async def test_an_oversized_header_is_refused_with_1009_before_its_payload(server):
+    raw = await Raw.open(server.port)
+    await raw.send(frame(b"x" * 70_000)[:14])  # 64-bit length over the limit, payload never sent
+    assert await raw.close_code() == 1009
+    await until(lambda: server.refusals["message_bytes"] == 1)
+    raw.close()
+
+
+async def test_a_fragmented_message_over_the_limit_is_refused_with_1009(server):
+    raw = await Raw.open(server.port)
+    await raw.send(frame(b"y" * 40_000, fin=False), frame(b"y" * 30_000, opcode=0)[:4])
+    assert await raw.close_code() == 1009
+    raw.close()
+
+
+async def test_an_unmasked_frame_is_a_protocol_error(server):
+    raw = await Raw.open(server.port)
+    await raw.send(frame(msg(type="ping", ping=1), mask=None)[:2])
+    assert await raw.close_code() == 1002
+    await until(lambda: server.core.errors["bad websocket frame"] == 1)
+    raw.close()
+
+
+async def test_invalid_utf8_gets_the_same_answer_whole_or_fragmented(server):
+    bad = b'{"type": "ping", "ping": "\xff\xfe"}'
+    answers = []
+    for frames in ([frame(bad)], [frame(bad[:10], fin=False), frame(bad[10:], opcode=0)]):
+        raw = await Raw.open(server.port)
+        await raw.send(*frames)
+        answers.append((await raw.json(), await raw.close_code()))
+        raw.close()
+    assert answers[0] == answers[1]
+    assert answers[0][0]["type"] == "error"
+
+
+async def answers(srv: MailboxServer, chunks: list[bytes], fast: bool, expect: int = 0) -> list:
+    """What the server sends after the welcome for these writes: `expect` frames, then (after a close
+    frame of ours if the chunks had none) everything until it closes the connection."""
+    raw = await Raw.open(srv.port)
+    (conn,) = srv.conns.values()
+    conn.fast = fast  # False: websockets parses every byte, as without the fast path
+    for chunk in chunks:
+        await raw.send(chunk)
+    got = []
+
+    def add(f) -> None:
+        got.append((f.opcode, f.data if f.opcode is not TEXT else
+                    {k: v for k, v in json.loads(f.data).items() if k != "server_tx"}))
+    for _ in range(expect):
+        add(await raw.next())
+    if expect:
+        await raw.send(frame((1000).to_bytes(2, "big"), opcode=8))
+    while (f := await raw.next()) is not None:
+        add(f)
+    raw.close()
+    return got
+
+
+async def test_a_close_frame_after_text_in_one_read_is_answered_as_by_websockets(server):
+    stream = frame(msg(type="ping", ping=5, id="z")) + frame((1000).to_bytes(2, "big"), opcode=8)
+    fast = await answers(server, [stream], True)
+    assert fast == await answers(server, [stream], False)
+    assert fast[-1] == (CLOSE, (1000).to_bytes(2, "big"))
+
+
+async def test_random_frames_get_the_same_answers_as_from_websockets_alone(server):
+    """Bytes cut at random places: the fast path answers exactly like websockets parsing everything."""
+    rng = random.Random(os.getpid())
+    kinds = [  # (frames, how many frames the server answers with)
+        (lambda i: frame(msg(type="ping", ping=i, id=str(i))), 2),
+        (lambda i: frame(msg(type="ping", ping="q" * rng.randrange(100, 400), id=str(i))), 2),
+        (lambda i: frame(b"p%d" % i, opcode=9), 1),
+        (lambda i: frame(msg(type="ping", ping=i)[:6], fin=False) + frame(msg(type="ping", ping=i)[6:], opcode=0), 2),
+    ]
+    picked = [(rng.choice(kinds), i) for i in range(40)]
+    stream = b"".join(make(i) for (make, _), i in picked)
+    expect = sum(n for (_, n), _ in picked)
+    cuts = sorted(rng.sample(range(1, len(stream)), 30))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    fast = await answers(server, chunks, True, expect)
+    assert fast == await answers(server, chunks, False, expect)
+    assert len(fast) == expect + 1 and fast[-1][0] is CLOSE
