@@ -27,6 +27,8 @@ from websockets.http11 import Request
 from websockets.protocol import CLOSED, OPEN, SERVER, Protocol
 from websockets.server import ServerProtocol
 
+from .wsfast import FIN_TEXT, FOREIGN, MORE, frame_at, quick_upgrade, switching
+
 if TYPE_CHECKING:
     from .outputs import Session
 
@@ -35,41 +37,6 @@ HANDSHAKE_TIMEOUT = 10.0  # seconds to finish the HTTP upgrade
 CLOSE_GRACE = 2.0  # seconds to wait for the client's close frame / TCP close after ours
 SERVER_HEADER = "Burrow Mailbox"
 _HEADERS = [bytes((0x81, n)) for n in range(126)]  # FIN + text, unmasked, payloads under 126 bytes
-FIN_TEXT = 0x81  # first header byte of a complete text frame without reserved bits
-MORE = -1  # frame_at: the frame is not complete yet
-FOREIGN = -2  # frame_at: a header websockets refuses at once (it fails the connection on these bytes)
-_OPCODES = frozenset((0, 1, 2, 8, 9, 10))  # continuation, text, binary, close, ping, pong
-
-
-def frame_at(buf: bytes, pos: int, max_size: int | None) -> tuple[int, int]:
-    """(payload start, frame end) of the client frame at `pos`, (MORE, 0) or (FOREIGN, 0).
-
-    FOREIGN is what `websockets` refuses from the header alone: unmasked, reserved bits, unknown opcode,
-    a control frame fragmented or over 125 bytes, a payload over `max_size`. The caller hands those bytes
-    over at once, so the close code and its timing stay those of `websockets`."""
-    n = len(buf)
-    if n - pos < 2:
-        return MORE, 0
-    b0, b1 = buf[pos], buf[pos + 1]
-    length = b1 & 0x7F
-    if (not b1 & 0x80 or b0 & 0x70 or (b0 & 0x0F) not in _OPCODES
-            or (b0 & 0x08 and (length > 125 or not b0 & 0x80))):
-        return FOREIGN, 0
-    start = pos + 6
-    if length == 126:
-        if n - pos < 4:
-            return MORE, 0
-        length = int.from_bytes(buf[pos + 2:pos + 4], "big")
-        start = pos + 8
-    elif length == 127:
-        if n - pos < 10:
-            return MORE, 0
-        length = int.from_bytes(buf[pos + 2:pos + 10], "big")
-        start = pos + 14
-    if max_size is not None and length > max_size:
-        return FOREIGN, 0
-    end = start + length
-    return (start, end) if end <= n else (MORE, 0)
 
 
 def address_of(peer: Any, headers: Any) -> tuple[dict[str, Any], str]:
@@ -130,6 +97,7 @@ class WSConnection(asyncio.Protocol):
         self.fragments: list[bytes] = []
         # Frame fast path: on once the upgrade left websockets with no buffered bytes; `rx` holds the
         # start of an incomplete frame (at most one frame: bounded by the size limit).
+        self.fresh = True  # no bytes received yet: the usual upgrade request may skip websockets
         self.fast = False
         self.rx = b""
         self.timer: asyncio.TimerHandle | None = None
@@ -146,6 +114,8 @@ class WSConnection(asyncio.Protocol):
         self.last_rx = time.monotonic()
         if self.fast:
             self._receive_frames(self.rx + data if self.rx else data)
+        elif self.fresh and self._quick_upgrade(data):
+            return
         else:
             self._ws_receive(data)
         self.flush_ws()
@@ -219,7 +189,25 @@ class WSConnection(asyncio.Protocol):
         if self.session is None and self.transport is not None:
             self.transport.abort()
 
+    def _quick_upgrade(self, data: bytes) -> bool:
+        """The usual upgrade request, whole in the first read, answered as websockets would answer it."""
+        self.fresh = False
+        headers = quick_upgrade(data)
+        if headers is None:
+            return False
+        self.out.append(switching(headers["sec-websocket-key"], SERVER_HEADER))
+        self._frames_only()
+        self._opened(headers)
+        return True
+
+    def _frames_only(self) -> None:
+        # The handshake parser's generator frame keeps the whole Request (headers) alive for the
+        # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
+        self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
+        self.fast = True
+
     def _handle_request(self, request: Request, alone: bool) -> None:
+        self.fresh = False
         path = request.path.split("?", 1)[0]
         if path == "/v1":
             response = self.ws.accept(request)
@@ -231,20 +219,19 @@ class WSConnection(asyncio.Protocol):
         self.ws.send_response(response)
         if response.status_code != 101:
             return
-        if alone and not self.ws.reader.buffer:
-            # The handshake parser's generator frame keeps the whole Request (headers) alive for the
-            # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
-            # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
+        if alone and not self.ws.reader.buffer:  # only when no frame bytes came yet (clients wait for the 101)
             self.out.extend(self.ws.data_to_send())  # the 101 goes out with the welcome, in one write
-            self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
-            self.fast = True
+            self._frames_only()
+        self._opened(request.headers)
+
+    def _opened(self, headers: Any) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        you, self.ip = address_of(self.transport.get_extra_info("peername"), request.headers)
+        you, self.ip = address_of(self.transport.get_extra_info("peername"), headers)
         key = self.ip
-        if self.host.trust_x_real_ip and request.headers.get("X-Real-IP"):
-            key = request.headers["X-Real-IP"].strip()
+        if self.host.trust_x_real_ip and headers.get("X-Real-IP"):
+            key = headers["X-Real-IP"].strip()
         self.host.connection_open(self, you, key)
         self.write_out()  # the 101, if the welcome did not take it along
 

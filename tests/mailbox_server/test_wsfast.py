@@ -1,8 +1,9 @@
-"""The frame fast path of a mailbox connection, over a real socket to a real server.
+"""The fast paths of a mailbox connection, over a real socket to a real server.
 
-Complete masked text frames are cut from the received bytes by the connection itself; every other frame
-goes whole to `websockets`. These tests write hand-built frames, split and joined across writes, and read
-the server's answers with the `websockets` client parser.
+The usual upgrade request is answered without `websockets`' HTTP parser, and complete masked text frames
+are cut from the received bytes by the connection itself; everything else goes to `websockets`. These
+tests write hand-built requests and frames, split and joined across writes, and read the server's answers
+with the `websockets` client parser.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import pytest
 from websockets.client import ClientProtocol
 from websockets.frames import CLOSE, PONG, TEXT, Close
 from websockets.http11 import Response
+from websockets.protocol import CLIENT, OPEN, Protocol
 from websockets.uri import parse_uri
 
+from burrow.mailbox_server import wsconn
 from burrow.mailbox_server.server import MailboxServer
+from burrow.mailbox_server.wsfast import quick_upgrade, switching
 
 from .test_server import make_config
 
@@ -260,3 +264,94 @@ async def test_random_frames_get_the_same_answers_as_from_websockets_alone(serve
     fast = await answers(server, chunks, True, expect)
     assert fast == await answers(server, chunks, False, expect)
     assert len(fast) == expect + 1 and fast[-1][0] is CLOSE
+
+
+# ---- the upgrade ---------------------------------------------------------------------------------
+UPGRADE = (b"GET /v1 HTTP/1.1\r\nUser-Agent: AutobahnPython/23.1.2\r\nHost: 127.0.0.1:4000\r\n"
+           b"Upgrade: WebSocket\r\nConnection: Upgrade\r\nPragma: no-cache\r\nCache-Control: no-cache\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+
+
+async def upgrade_answer(port: int, request: bytes) -> tuple[bytes, list[str]]:
+    """The server's response head to `request` (Date line left out) and the JSON messages after it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    rest = []
+    if head.startswith(b"HTTP/1.1 101"):
+        ws = Protocol(CLIENT, state=OPEN)
+        while not rest:
+            ws.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+            rest = [json.loads(f.data)["type"] for f in ws.events_received()]
+    writer.close()
+    return b"\r\n".join(x for x in head.split(b"\r\n") if not x.startswith(b"Date: ")), rest
+
+
+async def test_the_usual_upgrade_skips_websockets_and_answers_as_it_would(server, monkeypatch):
+    accepted = []
+    real = wsconn.ServerProtocol.accept
+    monkeypatch.setattr(wsconn.ServerProtocol, "accept", lambda ws, req: accepted.append(req) or real(ws, req))
+    quick = await upgrade_answer(server.port, UPGRADE)
+    assert accepted == []
+    # one header the fast path does not take: websockets handles the same request
+    slow = await upgrade_answer(server.port, UPGRADE.replace(b"Pragma", b"X-Other"))
+    assert len(accepted) == 1
+    assert quick == slow
+    assert quick[0].startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+    assert b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in quick[0]  # RFC 6455's example
+    assert quick[1] == ["welcome"]
+
+
+@pytest.mark.parametrize("change, status", [
+    ((b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Version: 8"), b"400 Bad Request"),
+    ((b"dGhlIHNhbXBsZSBub25jZQ==", b"dGhlIHNhbXBsZSBub25jZQ"), b"400 Bad Request"),
+    ((b"Upgrade: WebSocket", b"Upgrade: h2c"), b"426 Upgrade Required"),
+    ((b"Connection: Upgrade", b"Connection: close"), b"426 Upgrade Required"),
+    ((b"GET /v1 ", b"GET /v2 "), b"404 Not Found"),
+    ((b"GET /v1 ", b"POST /v1 "), b"405 Method Not Allowed"),
+    ((b"Pragma: no-cache", b"Sec-WebSocket-Protocol: x"), b"101 Switching Protocols"),  # ignored there
+    ((b"Pragma: no-cache", b"Host: again"), b"101 Switching Protocols"),
+])
+async def test_any_other_request_gets_the_answer_of_websockets(server, change, status):
+    request = UPGRADE.replace(*change)
+    assert quick_upgrade(request) is None
+    head, _ = await upgrade_answer(server.port, request)
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 " + status
+
+
+def test_quick_upgrade_reads_header_names_in_any_case_and_connection_lists():
+    request = UPGRADE.replace(b"Connection: Upgrade", b"connection: keep-alive, Upgrade").replace(
+        b"Host:", b"HOST:") + b""
+    headers = quick_upgrade(request)
+    assert headers is not None and headers["Host"] == "127.0.0.1:4000" and headers.get("X-Real-IP") is None
+    assert quick_upgrade(request[:-2]) is None  # incomplete
+    assert quick_upgrade(request + frame(b"{}")) is None  # frame bytes already behind it
+
+
+def test_the_101_is_byte_for_byte_what_websockets_sends():
+    from websockets.server import ServerProtocol
+
+    ws = ServerProtocol()
+    ws.receive_data(UPGRADE)
+    (request,) = ws.events_received()
+    response = ws.accept(request)
+    response.headers["Server"] = "Burrow Mailbox"
+    ours = switching("dGhlIHNhbXBsZSBub25jZQ==", "Burrow Mailbox")
+    date = response.headers["Date"]
+    assert response.serialize() == ours.replace(ours.split(b"Date: ")[1].split(b"\r\n")[0], date.encode())
+
+
+async def test_x_real_ip_reaches_the_welcome_through_the_fast_upgrade(server):
+    request = UPGRADE.replace(b"Pragma: no-cache", b"X-Real-IP: 203.0.113.9\r\nX-Real-Port: 4444")
+    assert quick_upgrade(request) is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(request)
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    ws = Protocol(CLIENT, state=OPEN)
+    events = []
+    while not events:
+        ws.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+        events = ws.events_received()
+    welcome = json.loads(events[0].data)["welcome"]
+    assert welcome["your-address"] == {"ipv4": "203.0.113.9", "port": 4444}
+    writer.close()
