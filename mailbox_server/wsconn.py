@@ -88,7 +88,7 @@ class WSConnection(asyncio.Protocol):
     def __init__(self, host: ConnectionHost) -> None:
         self.host = host
         self.transport: asyncio.Transport | None = None
-        self.ws = ServerProtocol(max_size=host.frame_limit)
+        self.ws: Protocol = None  # type: ignore[assignment]  # made by the first bytes (see _first)
         self.session: Session | None = None
         self.ip = ""
         self.cap_ip: str | None = None  # key held in the connection caps
@@ -97,7 +97,7 @@ class WSConnection(asyncio.Protocol):
         self.fragments: list[bytes] = []
         # Frame fast path: on once the upgrade left websockets with no buffered bytes; `rx` holds the
         # start of an incomplete frame (at most one frame: bounded by the size limit).
-        self.fresh = True  # no bytes received yet: the usual upgrade request may skip websockets
+        self.fresh = True  # no bytes received yet
         self.fast = False
         self.rx = b""
         self.timer: asyncio.TimerHandle | None = None
@@ -114,7 +114,7 @@ class WSConnection(asyncio.Protocol):
         self.last_rx = time.monotonic()
         if self.fast:
             self._receive_frames(self.rx + data if self.rx else data)
-        elif self.fresh and self._quick_upgrade(data):
+        elif self.fresh and self._first(data):
             return
         else:
             self._ws_receive(data)
@@ -168,6 +168,8 @@ class WSConnection(asyncio.Protocol):
                 self.host.count_error("bad websocket frame")
 
     def eof_received(self) -> bool | None:
+        if self.fresh:
+            self._first(b"")
         if self.rx:  # an incomplete frame: websockets ends on it as it would have on its own
             self.fast = False
             self._ws_receive(self.rx)
@@ -189,11 +191,13 @@ class WSConnection(asyncio.Protocol):
         if self.session is None and self.transport is not None:
             self.transport.abort()
 
-    def _quick_upgrade(self, data: bytes) -> bool:
-        """The usual upgrade request, whole in the first read, answered as websockets would answer it."""
+    def _first(self, data: bytes) -> bool:
+        """The first bytes: the usual upgrade request, whole, is answered here as websockets would answer
+        it (True); anything else starts websockets' handshake protocol (False)."""
         self.fresh = False
         headers = quick_upgrade(data)
         if headers is None:
+            self.ws = ServerProtocol(max_size=self.host.frame_limit)
             return False
         self.out.append(switching(headers["sec-websocket-key"], SERVER_HEADER))
         self._frames_only()
@@ -207,7 +211,6 @@ class WSConnection(asyncio.Protocol):
         self.fast = True
 
     def _handle_request(self, request: Request, alone: bool) -> None:
-        self.fresh = False
         path = request.path.split("?", 1)[0]
         if path == "/v1":
             response = self.ws.accept(request)
