@@ -99,7 +99,7 @@ class WSConnection(asyncio.Protocol):
         # start of an incomplete frame (at most one frame: bounded by the size limit).
         self.fresh = True  # no bytes received yet
         self.fast = False
-        self.rx = b""
+        self.rx = bytearray()
         self.timer: asyncio.TimerHandle | None = None
         # Output queued for one write: the 101 response until the welcome joins it, and a batch's frames
         # until its close frame joins them (each write is a send() syscall, the top cost per frame).
@@ -113,18 +113,21 @@ class WSConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_rx = time.monotonic()
         if self.fast:
-            self._receive_frames(self.rx + data if self.rx else data)
+            if self.rx:  # the rest of an incomplete frame: appended in place, never copied per read
+                self.rx += data
+                data = self.rx
+            self._receive_frames(data)
         elif self.fresh and self._first(data):
             return
         else:
             self._ws_receive(data)
         self.flush_ws()
 
-    def _receive_frames(self, buf: bytes) -> None:
+    def _receive_frames(self, buf: bytes | bytearray) -> None:
         """The fast path: complete text frames go to the host here, in order with everything else, and
         websockets gets every other frame whole (or the rest of the stream once the connection is no
         longer open or a header is refused)."""
-        self.rx = b""
+        self.rx = bytearray()
         ws = self.ws
         pos, n = 0, len(buf)
         limit = self.host.frame_limit
@@ -135,7 +138,8 @@ class WSConnection(asyncio.Protocol):
             else:
                 start, end = frame_at(buf, pos, limit if limit is None or size is None else limit - size)
             if start == MORE:
-                self.rx = buf[pos:]
+                rest = buf[pos:] if pos else buf
+                self.rx = rest if type(rest) is bytearray else bytearray(rest)
                 return
             if start == FOREIGN:
                 self.fast = False
@@ -172,15 +176,15 @@ class WSConnection(asyncio.Protocol):
             self._first(b"")
         if self.rx:  # an incomplete frame: websockets ends on it as it would have on its own
             self.fast = False
-            self._ws_receive(self.rx)
-            self.rx = b""
+            self._ws_receive(bytes(self.rx))
+            self.rx = bytearray()
         self.ws.receive_eof()
         self.flush_ws()
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.out.clear()
-        self.fast, self.rx = False, b""
+        self.fast, self.rx = False, bytearray()
         if self.timer is not None:
             self.timer.cancel()
         self.host.connection_gone(self)

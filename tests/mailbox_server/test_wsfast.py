@@ -156,6 +156,24 @@ async def test_a_frame_split_across_reads_waits_for_its_end(server):
     raw.close()
 
 
+async def test_a_long_frame_in_many_small_reads(server):
+    raw = await Raw.open(server.port)
+    (conn,) = server.conns.values()
+    first = frame(msg(type="ping", ping="L" * 60_000, id="l"))
+    whole = first + frame(msg(type="ping", ping=0, id="m"))
+    sent = 0
+    while sent + 1000 < len(first):  # the long frame's bytes gather in the connection's buffer
+        await raw.send(whole[sent:sent + 1000])
+        sent += 1000
+        await until(lambda n=sent: len(conn.rx) == n)
+    await raw.send(whole[sent:])  # its end and the next frame in one write
+    got = [await raw.json() for _ in range(4)]
+    assert [g["type"] for g in got] == ["ack", "pong", "ack", "pong"]
+    assert got[0]["id"] == "l" and got[1]["pong"] == "L" * 60_000 and got[2]["id"] == "m"
+    assert conn.rx == b""
+    raw.close()
+
+
 async def test_a_fragmented_message_with_a_ping_inside_goes_through_websockets(server):
     raw = await Raw.open(server.port)
     seen = spy_on_websockets(server)
