@@ -1,13 +1,15 @@
 """One client connection: asyncio.Protocol + the `websockets` sans-IO ServerProtocol.
 
 No task per connection: bytes in -> WebSocket frames -> the host's `receive`; replies come back
-through `send_many`/`drop` once the state they depend on is stored. After the handshake, complete
-unfragmented masked text frames (nearly every client frame) are cut straight out of the received bytes;
-every other frame goes whole to `websockets`, which therefore always stands at a frame boundary and
-answers pings, fragments, close frames and errors exactly as it would on its own. The connection knows its server only
+through `send_many`/`drop` once the state they depend on is stored. The connection knows its server only
 through `ConnectionHost`, the few calls and settings it needs. WebSocket pings are
 answered inside `websockets`; `GET /` answers like the reference ("Wormhole Relay"); only `/v1`
 upgrades; everything else is 404.
+
+Fast paths (wsfast.py): the usual upgrade request, whole in the first read, is answered here, and after
+the handshake complete unfragmented masked text frames (nearly every client frame) are cut straight out
+of the received bytes. Every other request and frame goes whole to `websockets`, which therefore always
+stands at a frame boundary and answers pings, fragments, close frames and errors as it would on its own.
 """
 
 from __future__ import annotations
