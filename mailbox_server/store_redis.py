@@ -320,7 +320,7 @@ class RedisStore:
 
     def _result(self, op, reply: list, app: str = "", msg: dict | None = None) -> Result:
         app = app or op.app
-        err, refusal, fatal, reached, value, usage, gone = (_text(x) for x in reply[:7])
+        err, refusal, fatal, reached, value, usage, gone = [_text(x) for x in reply[:7]]
         extra = reply[7:]
         res = Result(touched=reached or None)
         if err:

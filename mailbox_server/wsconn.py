@@ -5,6 +5,11 @@ through `send_many`/`drop` once the state they depend on is stored. The connecti
 through `ConnectionHost`, the few calls and settings it needs. WebSocket pings are
 answered inside `websockets`; `GET /` answers like the reference ("Wormhole Relay"); only `/v1`
 upgrades; everything else is 404.
+
+Fast paths (wsfast.py): the usual upgrade request, whole in the first read, is answered here, and after
+the handshake complete unfragmented masked text frames (nearly every client frame) are cut straight out
+of the received bytes. Every other request and frame goes whole to `websockets`, which therefore always
+stands at a frame boundary and answers pings, fragments, close frames and errors as it would on its own.
 """
 
 from __future__ import annotations
@@ -19,9 +24,12 @@ from websockets.exceptions import PayloadTooBig
 from websockets.frames import BINARY as OP_BINARY
 from websockets.frames import CONT as OP_CONT
 from websockets.frames import TEXT as OP_TEXT
+from websockets.frames import apply_mask  # the C speedup when built
 from websockets.http11 import Request
 from websockets.protocol import CLOSED, OPEN, SERVER, Protocol
 from websockets.server import ServerProtocol
+
+from .wsfast import FIN_TEXT, FOREIGN, MORE, frame_at, quick_upgrade, switching
 
 if TYPE_CHECKING:
     from .outputs import Session
@@ -82,13 +90,18 @@ class WSConnection(asyncio.Protocol):
     def __init__(self, host: ConnectionHost) -> None:
         self.host = host
         self.transport: asyncio.Transport | None = None
-        self.ws = ServerProtocol(max_size=host.frame_limit)
+        self.ws: Protocol = None  # type: ignore[assignment]  # made by the first bytes (see _first)
         self.session: Session | None = None
         self.ip = ""
         self.cap_ip: str | None = None  # key held in the connection caps
         self.last_rx = time.monotonic()
         self.close_reason = "client"
         self.fragments: list[bytes] = []
+        # Frame fast path: on once the upgrade left websockets with no buffered bytes; `rx` holds the
+        # start of an incomplete frame (at most one frame: bounded by the size limit).
+        self.fresh = True  # no bytes received yet
+        self.fast = False
+        self.rx = bytearray()
         self.timer: asyncio.TimerHandle | None = None
         # Output queued for one write: the 101 response until the welcome joins it, and a batch's frames
         # until its close frame joins them (each write is a send() syscall, the top cost per frame).
@@ -101,6 +114,48 @@ class WSConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_rx = time.monotonic()
+        if self.fast:
+            if self.rx:  # the rest of an incomplete frame: appended in place, never copied per read
+                self.rx += data
+                data = self.rx
+            self._receive_frames(data)
+        elif self.fresh and self._first(data):
+            return
+        else:
+            self._ws_receive(data)
+        self.flush_ws()
+
+    def _receive_frames(self, buf: bytes | bytearray) -> None:
+        """The fast path: complete text frames go to the host here, in order with everything else, and
+        websockets gets every other frame whole (or the rest of the stream once the connection is no
+        longer open or a header is refused)."""
+        self.rx = bytearray()
+        ws = self.ws
+        pos, n = 0, len(buf)
+        limit = self.host.frame_limit
+        while pos < n:
+            size = ws.current_size  # bytes of a fragmented message so far (None: not in one)
+            if ws.state is not OPEN:
+                start = FOREIGN
+            else:
+                start, end = frame_at(buf, pos, limit if limit is None or size is None else limit - size)
+            if start == MORE:
+                rest = buf[pos:] if pos else buf
+                self.rx = rest if type(rest) is bytearray else bytearray(rest)
+                return
+            if start == FOREIGN:
+                self.fast = False
+                self._ws_receive(buf[pos:] if pos else buf)
+                return
+            if buf[pos] == FIN_TEXT and size is None:
+                if self.session is not None:
+                    self.host.receive(self, apply_mask(buf[start:end], buf[start - 4:start]))
+            else:
+                self._ws_receive(buf[pos:end])
+            pos = end
+
+    def _ws_receive(self, data: bytes) -> None:
+        """Hand bytes to websockets and act on what it parsed."""
         self.ws.receive_data(data)
         events = self.ws.events_received()
         for event in events:
@@ -117,15 +172,21 @@ class WSConnection(asyncio.Protocol):
                 self.host.count_refusal("message_bytes")
             else:
                 self.host.count_error("bad websocket frame")
-        self.flush_ws()
 
     def eof_received(self) -> bool | None:
+        if self.fresh:
+            self._first(b"")
+        if self.rx:  # an incomplete frame: websockets ends on it as it would have on its own
+            self.fast = False
+            self._ws_receive(bytes(self.rx))
+            self.rx = bytearray()
         self.ws.receive_eof()
         self.flush_ws()
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.out.clear()
+        self.fast, self.rx = False, bytearray()
         if self.timer is not None:
             self.timer.cancel()
         self.host.connection_gone(self)
@@ -135,6 +196,25 @@ class WSConnection(asyncio.Protocol):
         self.timer = None
         if self.session is None and self.transport is not None:
             self.transport.abort()
+
+    def _first(self, data: bytes) -> bool:
+        """The first bytes: the usual upgrade request, whole, is answered here as websockets would answer
+        it (True); anything else starts websockets' handshake protocol (False)."""
+        self.fresh = False
+        headers = quick_upgrade(data)
+        if headers is None:
+            self.ws = ServerProtocol(max_size=self.host.frame_limit)
+            return False
+        self.out.append(switching(headers["sec-websocket-key"], SERVER_HEADER))
+        self._frames_only()
+        self._opened(headers)
+        return True
+
+    def _frames_only(self) -> None:
+        # The handshake parser's generator frame keeps the whole Request (headers) alive for the
+        # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
+        self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
+        self.fast = True
 
     def _handle_request(self, request: Request, alone: bool) -> None:
         path = request.path.split("?", 1)[0]
@@ -148,19 +228,19 @@ class WSConnection(asyncio.Protocol):
         self.ws.send_response(response)
         if response.status_code != 101:
             return
-        if alone and not self.ws.reader.buffer:
-            # The handshake parser's generator frame keeps the whole Request (headers) alive for the
-            # connection's life; a fresh frame-only protocol in OPEN state saves ~1.5 KiB per idle client.
-            # Only when no frame bytes came yet (clients wait for the 101 before sending frames).
+        if alone and not self.ws.reader.buffer:  # only when no frame bytes came yet (clients wait for the 101)
             self.out.extend(self.ws.data_to_send())  # the 101 goes out with the welcome, in one write
-            self.ws = Protocol(SERVER, state=OPEN, max_size=self.host.frame_limit)
+            self._frames_only()
+        self._opened(request.headers)
+
+    def _opened(self, headers: Any) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        you, self.ip = address_of(self.transport.get_extra_info("peername"), request.headers)
+        you, self.ip = address_of(self.transport.get_extra_info("peername"), headers)
         key = self.ip
-        if self.host.trust_x_real_ip and request.headers.get("X-Real-IP"):
-            key = request.headers["X-Real-IP"].strip()
+        if self.host.trust_x_real_ip and headers.get("X-Real-IP"):
+            key = headers["X-Real-IP"].strip()
         self.host.connection_open(self, you, key)
         self.write_out()  # the 101, if the welcome did not take it along
 
