@@ -71,3 +71,33 @@ async def paced_cpu(connect, burst_to, frame_size: int, relay_pid: int, pairs: i
             "pps": delivered / elapsed, "relay_cpu_pct": 100.0 * cpu / elapsed,
             "us_per_packet": cpu / max(delivered, 1) * 1e6, "wakeups": wakeups,
             "packets_per_wakeup": delivered / max(wakeups, 1)}
+
+
+async def lockstep_cpu(connect, burst_to, frame_size: int, relay_pid: int, pairs: int = 4, rounds: int = 3000) -> dict:
+    """The paced load's wake-up structure without its timing: each round every sender writes one burst of
+    BURST, then every receiver reads its burst before the next round, so each round is one relay wake-up
+    carrying pairs x BURST packets whatever else the machine runs (a paced run on a busy machine bunches its
+    bursts and reads lower). Relay CPU per packet over the rounds."""
+    conns = [await connect() for _ in range(2 * pairs)]
+    senders, receivers = conns[:pairs], conns[pairs:]
+    blobs = [burst_to(r.key) for r in receivers]
+    need = BURST * frame_size
+    proc = psutil.Process(relay_pid)
+
+    async def one_round() -> None:
+        for s, blob in zip(senders, blobs, strict=True):
+            s.writer.write(blob)
+        for r in receivers:
+            await asyncio.wait_for(r.reader.readexactly(need), 10)
+
+    for _ in range(100):  # warm-up
+        await one_round()
+    c0, w0 = sum(proc.cpu_times()[:2]), proc.num_ctx_switches().voluntary
+    for _ in range(rounds):
+        await one_round()
+    cpu, wakeups = sum(proc.cpu_times()[:2]) - c0, proc.num_ctx_switches().voluntary - w0
+    for c in conns:
+        c.writer.close()
+    n = rounds * pairs * BURST
+    return {"pairs": pairs, "rounds": rounds, "packets": n, "us_per_packet": cpu / n * 1e6,
+            "packets_per_wakeup": n / max(wakeups, 1)}
