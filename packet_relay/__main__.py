@@ -10,8 +10,8 @@ import sys
 from burrow.common.config import describe, load_config
 from burrow.common.service import raise_nofile_limit, run_until_signalled, setup_logging, startup_errors
 
+from .coalesce import loop_factory
 from .config import RelayConfig
-from .loops import loop_factory
 from .server import RelayServer
 
 log = logging.getLogger("packet_relay")
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     raise_nofile_limit()
     log.debug("configuration:\n%s", describe(config))
     with startup_errors("burrow-relay"):
-        factory = loop_factory(config.event_loop, config.wake_coalesce_us)
+        factory = loop_factory(config.wake_coalesce_us)
         server = RelayServer(config)
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(run_until_signalled(server.start, server.stop, {signal.SIGHUP: server.reload}))

@@ -10,9 +10,12 @@ changes: every socket is still read in full each pass, queues and their bounds a
 
 from __future__ import annotations
 
+import asyncio
 import selectors
 import time
 from collections.abc import Callable
+
+MAX_WINDOW_US = 10_000  # a window this long already costs more latency than a tunnel should see
 
 
 class CoalescingSelector(selectors.DefaultSelector):
@@ -41,3 +44,12 @@ class CoalescingSelector(selectors.DefaultSelector):
         if ready:
             self._not_before = self._clock() + self.window
         return ready
+
+
+def loop_factory(window_us: int) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop for `--wake-coalesce-us` (0: asyncio's own)."""
+    if not window_us:
+        return asyncio.new_event_loop
+    if not 0 < window_us <= MAX_WINDOW_US:
+        raise ValueError(f"--wake-coalesce-us must be between 0 and {MAX_WINDOW_US}")
+    return lambda: asyncio.SelectorEventLoop(CoalescingSelector(window_us / 1e6))

@@ -56,8 +56,6 @@ class RelayConfig:
                                             name="receive_rate", aliases=("rate_limit_bytes_per_sec",))
     rate_limit_burst_bytes: int = setting(0, "per-client burst (raised to at least 64 KiB + 32)", "bytes",
                                           name="receive_burst", aliases=("rate_limit_burst_bytes",))
-    event_loop: str = setting("uvloop", "event loop: 'uvloop' (libuv, in C: less CPU per wake-up) or 'asyncio' "
-                                        "(the standard library's; --wake-coalesce-us always runs on it)")
     wake_coalesce_us: int = setting(0, "wake up at most once per this many microseconds while traffic flows, so "
                                        "one poll, read and TLS record serve more packets at a steady rate; each "
                                        "packet may wait up to this much longer (0 = off, at most 10000)", "µs")

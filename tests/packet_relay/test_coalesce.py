@@ -1,15 +1,12 @@
-"""The relay's event loops: uvloop by default (--event-loop); with --wake-coalesce-us a selector that sleeps
-out the window after a wake-up, never past the loop's timeout nor when callbacks are ready. A relay on
-either forwards every packet in order."""
+"""--wake-coalesce-us: the selector sleeps out the window after a wake-up, never past the loop's timeout
+nor when callbacks are ready, and a relay running on it forwards every packet in order."""
 
 import asyncio
 import socket
 
 import pytest
 
-from burrow.packet_relay.coalesce import CoalescingSelector
-from burrow.packet_relay.config import RelayConfig
-from burrow.packet_relay.loops import loop_factory
+from burrow.packet_relay.coalesce import CoalescingSelector, loop_factory
 
 from .derp_util import TIMEOUT, client, running_relay
 
@@ -52,10 +49,10 @@ def test_selector_waits_out_the_window_within_the_loop_timeout():
 
 
 def test_window_is_bounded():
-    assert loop_factory("asyncio", 0) is asyncio.new_event_loop
+    assert loop_factory(0) is asyncio.new_event_loop
     for bad in (-1, 10_001):
         with pytest.raises(ValueError, match="wake-coalesce-us"):
-            loop_factory("asyncio", bad)
+            loop_factory(bad)
 
 
 def test_relay_on_a_coalescing_loop_forwards_every_packet_in_order(tmp_path):
@@ -80,27 +77,3 @@ def test_relay_on_a_coalescing_loop_forwards_every_packet_in_order(tmp_path):
     with runner:
         runner.run(scenario())
     assert slept and max(slept) <= 0.002
-
-
-def test_the_relay_runs_on_uvloop_by_default_and_forwards_every_packet_in_order(tmp_path):
-    import uvloop
-
-    assert loop_factory() is uvloop.new_event_loop
-    assert loop_factory("uvloop", 2000) is not uvloop.new_event_loop  # coalescing needs asyncio's selector loop
-    with pytest.raises(ValueError, match="event-loop"):
-        loop_factory("trio")
-
-    async def scenario() -> None:
-        assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
-        async with running_relay(tmp_path) as server:
-            a, b = await client(server), await client(server)
-            for i in range(300):
-                await a.send(b.public_key, i.to_bytes(2, "big") * 600)
-            got = [await b.recv(TIMEOUT) for _ in range(300)]
-            assert [int.from_bytes(p[:2], "big") for _, p in got] == list(range(300))
-            assert sum(n for (proto, _), n in server.stats.drops.items() if proto == "derp") == 0
-            await a.close()
-            await b.close()
-
-    with asyncio.Runner(loop_factory=loop_factory(RelayConfig().event_loop)) as runner:
-        runner.run(scenario())
