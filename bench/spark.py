@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from thread_cpu import ThreadCpu, summary  # noqa: E402
+
 from burrow.common.events import ENVELOPE, SCHEMAS  # noqa: E402
 from burrow.spark.generate import generate  # noqa: E402
 
@@ -59,14 +61,20 @@ def run_spark(logs: Path, out: Path, master: str | None) -> dict[str, float]:
         cmd += ["--master", master]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     t = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    cpu = ThreadCpu(proc.pid)  # where the CPU goes: task threads, JIT compilers, driver, GC
+    try:
+        _, stderr = proc.communicate(timeout=1800)
+    finally:
+        proc.kill()
+        groups = cpu.stop()
     wall = time.monotonic() - t
-    if r.returncode != 0:
-        raise SystemExit(f"burrow-report failed:\n{r.stderr[-3000:]}")
-    m = re.search(r"timing: spark start ([\d.]+) s, ingest ([\d.]+) s, analysis ([\d.]+) s", r.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"burrow-report failed:\n{stderr[-3000:]}")
+    m = re.search(r"timing: spark start ([\d.]+) s, ingest ([\d.]+) s, analysis ([\d.]+) s", stderr)
     start, ingest, analysis = (float(x) for x in m.groups())
     return {"wall": wall, "start": start, "ingest": ingest, "analysis": analysis,
-            "processing": ingest + analysis}
+            "processing": ingest + analysis, "cpu": groups}
 
 
 DUCK_SQL = """
@@ -226,6 +234,7 @@ def main() -> None:
             spark = run_spark(logs, work / "spark-out", args.master)
             print(f"  spark  {spark['wall']:.1f} s wall (start {spark['start']:.1f} s, ingest {spark['ingest']:.1f} s, "
                   f"analysis {spark['analysis']:.1f} s)", flush=True)
+            print(f"  spark  {summary(spark['cpu'])}", flush=True)
             rows.append((n, lines, size_mb, spark, duck))
     finally:
         if not args.keep:
