@@ -144,10 +144,13 @@ def _local_address_towards(host: str) -> str:
         return s.getsockname()[0]
 
 
-async def ssdp_search(target: str = IGD, timeout: float = UPNP_SEARCH_TIMEOUT,
-                      address: tuple[str, int] = ssdp.ADDRESS) -> list[str]:
-    """The LOCATIONs of the devices of type `target` that answer an M-SEARCH to `address`, in the order
-    they answered: returns UPNP_MORE_ANSWERS after the first answer, or empty after `timeout`."""
+async def ssdp_search(target: str = IGD, timeout: float | None = None,
+                      address: tuple[str, int] | None = None) -> list[str]:
+    """The LOCATIONs of the devices of type `target` that answer an M-SEARCH to `address` (ssdp.ADDRESS, the
+    SSDP multicast group), in the order they answered: returns UPNP_MORE_ANSWERS after the first answer, or
+    empty after `timeout` (UPNP_SEARCH_TIMEOUT)."""
+    timeout = UPNP_SEARCH_TIMEOUT if timeout is None else timeout
+    address = address or ssdp.ADDRESS
     loop = asyncio.get_running_loop()
     transport, proto = await loop.create_datagram_endpoint(_Datagrams, local_addr=("0.0.0.0", 0))
     request = ssdp.search_request(target, max(1, min(5, round(timeout))), address)
