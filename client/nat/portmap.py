@@ -65,6 +65,16 @@ class _Datagrams(asyncio.DatagramProtocol):
         with contextlib.suppress(asyncio.QueueFull):
             self.queue.put_nowait(data)
 
+    async def before(self, deadline: float) -> bytes | None:
+        """The next datagram, or None once the loop's clock passes `deadline`."""
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self.queue.get(), left)
+        except TimeoutError:
+            return None
+
 
 async def _natpmp_ask(gateway: str, request: bytes, parse, error: type[Exception] = natpmp.NatPmpError):
     """Send `request`, retransmitting per natpmp.RETRY_DELAYS; the first answer `parse` accepts (an `error`
@@ -75,11 +85,7 @@ async def _natpmp_ask(gateway: str, request: bytes, parse, error: type[Exception
         for wait in natpmp.RETRY_DELAYS:
             transport.sendto(request)
             deadline = loop.time() + wait
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    data = await asyncio.wait_for(proto.queue.get(), left)
-                except TimeoutError:
-                    break
+            while (data := await proto.before(deadline)) is not None:
                 try:
                     return parse(data)
                 except error as e:
@@ -155,21 +161,17 @@ async def ssdp_search(target: str = IGD, timeout: float | None = None,
     transport, proto = await loop.create_datagram_endpoint(_Datagrams, local_addr=("0.0.0.0", 0))
     request = ssdp.search_request(target, max(1, min(5, round(timeout))), address)
     locations: list[str] = []
+    resend = loop.call_later(UPNP_SEARCH_RESEND, transport.sendto, request, address)
     try:
         transport.sendto(request, address)
-        resend = loop.call_later(UPNP_SEARCH_RESEND, transport.sendto, request, address)
         deadline = loop.time() + timeout
-        while (left := deadline - loop.time()) > 0:
-            try:
-                data = await asyncio.wait_for(proto.queue.get(), left)
-            except TimeoutError:
-                break
+        while (data := await proto.before(deadline)) is not None:
             location = ssdp.parse_answer(data, target)
             if location is not None and location not in locations:
                 locations.append(location)
                 deadline = min(deadline, loop.time() + UPNP_MORE_ANSWERS)
-        resend.cancel()
     finally:
+        resend.cancel()
         transport.close()
     return locations
 
