@@ -20,6 +20,7 @@ Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow] [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -69,6 +70,15 @@ def wait_rusage(proc: subprocess.Popen, out: dict, key: str) -> None:
     out[key] = ru.ru_utime + ru.ru_stime
 
 
+def received_bytes(rdir: Path) -> int:
+    """Bytes in the receiving directory; a partial file renamed between listing and stat() is skipped."""
+    got = 0
+    for p in rdir.iterdir() if rdir.exists() else ():
+        with contextlib.suppress(FileNotFoundError):
+            got += p.stat().st_size if p.is_file() else 0
+    return got
+
+
 def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: int) -> dict:
     size = src.stat().st_size
     rdir = work / f"rx-{client}-{n}"
@@ -89,7 +99,7 @@ def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: i
     deadline = time.monotonic() + CASE_TIMEOUT
     while tr.is_alive() and time.monotonic() < deadline:
         now = time.monotonic()
-        got = sum(p.stat().st_size for p in rdir.iterdir() if p.is_file()) if rdir.exists() else 0
+        got = received_bytes(rdir)
         if got and first is None:
             first = now
         if got >= size and full is None:

@@ -79,9 +79,15 @@ class PortMapper:
         self.port, self.upnp = port, upnp
         self.mapping: pm.Mapping | None = None
         self._closed = False
+        # False until a mapping request may have reached the gateway: while only searching (NAT-PMP's address
+        # request, the SSDP search), cancelling hint() leaves nothing behind
+        self.committed = False
+
+    def _commit(self) -> None:
+        self.committed = True
 
     async def hint(self, local: set[str] = frozenset()) -> dict | None:
-        m = await pm.map_port("tcp", self.port, MAPPING_LIFETIME, upnp=self.upnp)
+        m = await pm.map_port("tcp", self.port, MAPPING_LIFETIME, upnp=self.upnp, committing=self._commit)
         if m is None:
             return None
         if self._closed:  # closed while mapping: undo at once

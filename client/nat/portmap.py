@@ -1,9 +1,12 @@
 """Port mappings on the local gateway (asyncio): NAT-PMP first (one UDP round trip), then UPnP IGD.
 
-NAT-PMP goes to the default gateway from /proc/net/route with natpmp.py's codec. UPnP uses
-async-upnp-client: an SSDP search for an InternetGatewayDevice, then WANIPConnection (or WANPPPConnection)
-GetExternalIPAddress and AddPortMapping for our LAN address. Every step has a timeout; failures return
-None and say why in the log, because a gateway without either protocol is the common case.
+NAT-PMP goes to the default gateway from /proc/net/route with natpmp.py's codec. UPnP: our own SSDP search
+for an InternetGatewayDevice (ssdp.py), then, only when a gateway answered, async-upnp-client for its
+description and WANIPConnection (or WANPPPConnection) GetExternalIPAddress and AddPortMapping for our LAN
+address. That library and aiohttp cost about a quarter of a CPU-second to import, which a network without
+a UPnP gateway (the common case) never pays. Every step has a timeout; failures return None and say why in
+the log. `committing`, when given, is called just before the first request that could create a mapping:
+until then a lookup can be cancelled without leaving anything on the gateway.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from . import natpmp, pcp
+from . import natpmp, pcp, ssdp
 
 log = logging.getLogger(__name__)
 
 UPNP_SEARCH_TIMEOUT = 2  # seconds of SSDP search (the MX value asked of devices)
+UPNP_SEARCH_RESEND = 0.5  # seconds before the M-SEARCH is sent once more (UDP may drop it)
+UPNP_MORE_ANSWERS = 0.1  # seconds to wait for more gateways after the first answered
 UPNP_REQUEST_TIMEOUT = 3  # seconds per SOAP request
 IGD = "urn:schemas-upnp-org:device:InternetGatewayDevice:1"
 WAN_SERVICES = ("urn:schemas-upnp-org:service:WANIPConnection:2", "urn:schemas-upnp-org:service:WANIPConnection:1",
@@ -60,6 +65,16 @@ class _Datagrams(asyncio.DatagramProtocol):
         with contextlib.suppress(asyncio.QueueFull):
             self.queue.put_nowait(data)
 
+    async def before(self, deadline: float) -> bytes | None:
+        """The next datagram, or None once the loop's clock passes `deadline`."""
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self.queue.get(), left)
+        except TimeoutError:
+            return None
+
 
 async def _natpmp_ask(gateway: str, request: bytes, parse, error: type[Exception] = natpmp.NatPmpError):
     """Send `request`, retransmitting per natpmp.RETRY_DELAYS; the first answer `parse` accepts (an `error`
@@ -70,11 +85,7 @@ async def _natpmp_ask(gateway: str, request: bytes, parse, error: type[Exception
         for wait in natpmp.RETRY_DELAYS:
             transport.sendto(request)
             deadline = loop.time() + wait
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    data = await asyncio.wait_for(proto.queue.get(), left)
-                except TimeoutError:
-                    break
+            while (data := await proto.before(deadline)) is not None:
                 try:
                     return parse(data)
                 except error as e:
@@ -86,7 +97,7 @@ async def _natpmp_ask(gateway: str, request: bytes, parse, error: type[Exception
 
 
 async def natpmp_map(protocol: str, internal_port: int, lifetime: int = 7200,
-                     gateway: str | None = None) -> Mapping | None:
+                     gateway: str | None = None, committing=None) -> Mapping | None:
     gateway = gateway or default_gateway()
     if gateway is None:
         return None
@@ -94,6 +105,8 @@ async def natpmp_map(protocol: str, internal_port: int, lifetime: int = 7200,
         addr = await _natpmp_ask(gateway, natpmp.external_address_request(), natpmp.parse_external_address)
         if addr is None:
             return None
+        if committing is not None:
+            committing()
         m = await _natpmp_ask(gateway, natpmp.map_request(protocol, internal_port, internal_port, lifetime),
                               lambda d: natpmp.parse_map(d, protocol))
     except (OSError, natpmp.NatPmpError) as e:
@@ -137,21 +150,44 @@ def _local_address_towards(host: str) -> str:
         return s.getsockname()[0]
 
 
-async def _find_wan_service():
+async def ssdp_search(target: str = IGD, timeout: float | None = None,
+                      address: tuple[str, int] | None = None) -> list[str]:
+    """The LOCATIONs of the devices of type `target` that answer an M-SEARCH to `address` (ssdp.ADDRESS, the
+    SSDP multicast group), in the order they answered: returns UPNP_MORE_ANSWERS after the first answer, or
+    empty after `timeout` (UPNP_SEARCH_TIMEOUT)."""
+    timeout = UPNP_SEARCH_TIMEOUT if timeout is None else timeout
+    address = address or ssdp.ADDRESS
+    loop = asyncio.get_running_loop()
+    transport, proto = await loop.create_datagram_endpoint(_Datagrams, local_addr=("0.0.0.0", 0))
+    request = ssdp.search_request(target, max(1, min(5, round(timeout))), address)
+    locations: list[str] = []
+    resend = loop.call_later(UPNP_SEARCH_RESEND, transport.sendto, request, address)
+    try:
+        transport.sendto(request, address)
+        deadline = loop.time() + timeout
+        while (data := await proto.before(deadline)) is not None:
+            location = ssdp.parse_answer(data, target)
+            if location is not None and location not in locations:
+                locations.append(location)
+                deadline = min(deadline, loop.time() + UPNP_MORE_ANSWERS)
+    finally:
+        resend.cancel()
+        transport.close()
+    return locations
+
+
+async def _find_wan_service(committing=None):
     """The first IGD's WAN connection service (async-upnp-client UpnpService), or None."""
+    locations = await ssdp_search()
+    if not locations:
+        return None
+    if committing is not None:
+        committing()
     from async_upnp_client.aiohttp import AiohttpRequester
     from async_upnp_client.client_factory import UpnpFactory
-    from async_upnp_client.search import async_search
 
-    locations: list[str] = []
-
-    async def found(headers) -> None:
-        if headers.get("location"):
-            locations.append(headers["location"])
-
-    await async_search(found, timeout=UPNP_SEARCH_TIMEOUT, search_target=IGD)
     factory = UpnpFactory(AiohttpRequester(UPNP_REQUEST_TIMEOUT), non_strict=True)
-    for location in dict.fromkeys(locations):
+    for location in locations:
         try:
             device = await factory.async_create_device(location)
         except Exception as e:  # noqa: BLE001 - any broken device description: try the next one
@@ -164,9 +200,9 @@ async def _find_wan_service():
     return None
 
 
-async def upnp_map(protocol: str, internal_port: int, lifetime: int = 7200) -> Mapping | None:
+async def upnp_map(protocol: str, internal_port: int, lifetime: int = 7200, committing=None) -> Mapping | None:
     try:
-        service = await _find_wan_service()
+        service = await _find_wan_service(committing)
         if service is None:
             return None
         from urllib.parse import urlsplit
@@ -191,11 +227,12 @@ async def upnp_unmap(mapping: Mapping) -> None:
                 NewRemoteHost="", NewExternalPort=mapping.external_port, NewProtocol=mapping.protocol.upper())
 
 
-async def map_port(protocol: str, internal_port: int, lifetime: int = 7200, *, upnp: bool = True) -> Mapping | None:
+async def map_port(protocol: str, internal_port: int, lifetime: int = 7200, *, upnp: bool = True,
+                   committing=None) -> Mapping | None:
     """NAT-PMP, then UPnP IGD; None when the gateway offers neither."""
-    m = await natpmp_map(protocol, internal_port, lifetime)
+    m = await natpmp_map(protocol, internal_port, lifetime, committing=committing)
     if m is None and upnp:
-        m = await upnp_map(protocol, internal_port, lifetime)
+        m = await upnp_map(protocol, internal_port, lifetime, committing)
     return m
 
 

@@ -182,6 +182,7 @@ class Transit:
             if self._grace is not None:
                 self._grace.cancel()
             await self._cleanup()
+            self._stop_searching()
         assert self._key is not None
         return RecordPipe(cand.reader, cand.writer, self._key, self.role, cand.description)
 
@@ -298,6 +299,13 @@ class Transit:
             cand.writer.write(hs.select())
         self._winner.set_result(cand)
 
+    def _stop_searching(self) -> None:
+        """The race is over and our hints went out long ago: a port-mapping lookup still searching for a
+        gateway can only cost CPU from here on (the UPnP library's import, during the transfer's first
+        seconds). One that may have asked the gateway already runs on, so that close() deletes its mapping."""
+        if self._mapping is not None and not self._mapping.done() and not self._mapper.committed:
+            self._mapping.cancel()
+
     async def _cleanup(self) -> None:
         for server in self._servers:
             server.close()
@@ -323,10 +331,12 @@ _releasing: set[asyncio.Future] = set()  # mapping deletions under way (held so 
 
 
 async def _release(mapper: PortMapper, mapping: asyncio.Future | None) -> None:
-    """Delete the port mapping; a lookup still running gets MAPPING_CLOSE_WAIT to finish first (an
-    unfinished one is dropped with the event loop, and the gateway expires its mapping by itself)."""
+    """Delete the port mapping; a lookup still searching is cancelled, one that may have asked the gateway
+    gets MAPPING_CLOSE_WAIT to finish first (an unfinished one is dropped with the event loop, and the
+    gateway expires its mapping by itself)."""
     if mapping is not None and not mapping.done():
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(mapping), MAPPING_CLOSE_WAIT)
+        if not mapper.committed:
+            mapping.cancel()
+        await asyncio.wait([mapping], timeout=MAPPING_CLOSE_WAIT)
     with contextlib.suppress(Exception):
         await mapper.close()

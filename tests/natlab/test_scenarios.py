@@ -121,3 +121,29 @@ def test_magic_wormhole_dials_the_mapped_hint(lab):
     assert peer.wait(30) == 0, lines
     assert any(line.startswith("received up 2000000") for line in lines), lines
     assert paths and paths[0].startswith("direct"), paths
+
+
+@pytest.mark.slow
+def test_upnp_igd_maps_the_port_found_by_our_ssdp_search(lab):
+    """UPnP IGD alone (NAT-PMP left out): our M-SEARCH finds miniupnpd, async-upnp-client maps the port, a
+    peer behind the symmetric NAT connects to the mapped address, and the mapping is deleted again."""
+    import asyncio
+    import socket
+
+    from burrow.client.nat import portmap
+    from harness.natlab.rig import inside
+
+    topo = build(lab, "upnp")
+    upnp.start(lab, topo)
+    with inside(topo.hosts["a"].ns):
+        listener = socket.create_server(("0.0.0.0", 0))
+        port = listener.getsockname()[1]
+        found = asyncio.run(portmap.ssdp_search())
+        mapping = asyncio.run(portmap.upnp_map("tcp", port, 600))
+    with listener:
+        assert found and found[0].startswith("http://192.168.1.1:"), found
+        assert mapping is not None and mapping.method == "upnp" and mapping.external_port == port, mapping
+        with inside(topo.hosts["b"].ns):
+            socket.create_connection((mapping.external_ip, mapping.external_port), timeout=3).close()
+    with inside(topo.hosts["a"].ns):
+        asyncio.run(portmap.unmap(mapping))
