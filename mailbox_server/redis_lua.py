@@ -26,28 +26,165 @@ last argument: it delivers from the reply), 'g<id>' for a deleted mailbox.
 SCRIPT = r"""
 local P = KEYS[1]
 
-local function run(A)  -- one op; its reply
-  local op, side, now, replica, opid = A[1], A[2], A[3], A[4], A[5]
-  local max_msgs, max_mb_bytes, max_stored = tonumber(A[7]), tonumber(A[8]), tonumber(A[9])
-  local max_mailboxes, others_mb, others_bytes = tonumber(A[10]), tonumber(A[11]), tonumber(A[12])
-  local max_touched, ntouched = tonumber(A[13]), tonumber(A[14])
-  local touched = {}
+-- The op being run and what it has done so far: set by run() for each op and read by the helpers
+-- below, which are made once per call rather than once per op.
+local A, op, side, now, replica, opid
+local max_msgs, max_mb_bytes, max_stored, max_mailboxes, others_mb, others_bytes, max_touched, ntouched
+local touched, X, reached, usage, gone
+
+local function result(err, refusal, fatal, value, extra)
+  local r = {err or '', refusal or '', fatal and 1 or 0, reached, value or '',
+             #usage > 0 and cjson.encode(usage) or '', #gone > 0 and cjson.encode(gone) or ''}
+  if extra then for i = 1, #extra do r[#r + 1] = extra[i] end end
+  return r
+end
+
+local function remember(r)
+  redis.call('SET', P .. 'done:' .. opid, cjson.encode(r), 'EX', 300)
+  return r
+end
+
+local function stat(field) return tonumber(redis.call('HGET', P .. 'stats', field) or '0') end
+
+local function canonical(name) return string.match(name, '^[1-9][0-9]*$') ~= nil end
+
+local function sides_of(key)
+  local h, sides = redis.call('HGETALL', key), {}
+  local fields = {}
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 2) == 's:' then sides[string.sub(h[i], 3)] = h[i + 1] else fields[h[i]] = h[i + 1] end
+  end
+  return sides, fields
+end
+
+local function check_room(id, exists)  -- exists: does mailbox `id` exist (no id: a new one)
+  if id and touched[id] then return nil end
+  if max_touched > 0 and ntouched >= max_touched then return {'TOO_MANY_MAILBOXES', 'mailboxes_per_connection'} end
+  if not exists then
+    if max_mailboxes > 0 and stat('m') + others_mb >= max_mailboxes then return {'SERVER_FULL', 'mailboxes'} end
+  end
+  return nil
+end
+
+local function open_mailbox(id, fn, npname)
+  local key = P .. 'mb:' .. id
+  local exists = redis.call('EXISTS', key) == 1
+  local e = check_room(id, exists)
+  if e then return e end
+  local ns = 1
+  if not exists then  -- created with this side in it: one write
+    if npname then
+      redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 1, 's:' .. side, '1|' .. now .. '|', 'np', npname)
+    else
+      redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 1, 's:' .. side, '1|' .. now .. '|')
+    end
+    redis.call('HINCRBY', P .. 'stats', 'm', 1)
+  elseif redis.call('HSETNX', key, 's:' .. side, '1|' .. now .. '|') == 1 then
+    ns = redis.call('HINCRBY', key, 'ns', 1)
+  else
+    ns = tonumber(redis.call('HGET', key, 'ns'))
+  end
+  if not touched[id] then touched[id] = true; ntouched = ntouched + 1 end
+  reached = id
+  redis.call('ZADD', P .. 'updated', now, id)
+  if ns > 2 then return {'CROWDED'} end
+  return nil
+end
+
+local function delete_nameplate(name, pruned)
+  local key = P .. 'np:' .. name
+  local sides = sides_of(key)
+  redis.call('DEL', key)
+  redis.call('SREM', P .. 'names', name)
+  if canonical(name) then redis.call('HINCRBY', P .. 'bylen', #name, -1) end
+  redis.call('HINCRBY', P .. 'stats', 'n', -1)
+  usage[#usage + 1] = {k = 'nameplate', sides = sides, pruned = pruned}
+end
+
+local function delete_mailbox(id, pruned)
+  local key = P .. 'mb:' .. id
+  local sides, fields = sides_of(key)
+  local np = fields['np']
+  if np and redis.call('HGET', P .. 'np:' .. np, 'mb') == id then delete_nameplate(np, pruned) end
+  local n = redis.call('LLEN', P .. 'msgs:' .. id)
+  local bytes = tonumber(fields['b'] or '0')
+  redis.call('DEL', key, P .. 'msgs:' .. id)
+  redis.call('ZREM', P .. 'updated', id)
+  redis.call('HINCRBY', P .. 'stats', 'm', -1)
+  if bytes ~= 0 then redis.call('HINCRBY', P .. 'stats', 'b', -bytes) end  -- Redis refuses '-0'
+  local subs = redis.call('SMEMBERS', P .. 'subs:' .. id)
+  redis.call('DEL', P .. 'subs:' .. id)
+  for _, r in ipairs(subs) do redis.call('SPUBLISH', P .. 'bus:' .. r, 'g' .. id) end
+  gone[#gone + 1] = id
+  usage[#usage + 1] = {k = 'mailbox', fn = fields['fn'], n = n, b = bytes, sides = sides, pruned = pruned}
+end
+
+local function claim_nameplate(name, new_id)
+  local key = P .. 'np:' .. name
+  local got = redis.call('HMGET', key, 'mb', 'ns', 's:' .. side)
+  local mbid, ns, s = got[1], 1, got[3]
+  if not mbid then  -- created with this side in it: one write
+    local e = check_room(nil, false)
+    if e then return nil, e end
+    mbid = new_id
+    redis.call('HSET', key, 'mb', mbid, 'ns', 1, 's:' .. side, '1|' .. now)
+    redis.call('SADD', P .. 'names', name)
+    if canonical(name) then redis.call('HINCRBY', P .. 'bylen', #name, 1) end
+    redis.call('HINCRBY', P .. 'stats', 'n', 1)
+  elseif not s then
+    redis.call('HSET', key, 's:' .. side, '1|' .. now)
+    ns = redis.call('HINCRBY', key, 'ns', 1)
+  elseif string.sub(s, 1, 1) == '0' then
+    return nil, {'RECLAIMED'}
+  else
+    ns = tonumber(got[2])
+  end
+  local e = open_mailbox(mbid, 1, name)
+  if e then return nil, e end
+  if ns > 2 then return nil, {'CROWDED'} end
+  return mbid
+end
+
+local LO, HI = {1, 10, 100}, {9, 99, 999}
+
+local function free_nameplate()
+  math.randomseed(tonumber(A[X]))
+  local names = P .. 'names'
+  for size = 1, 3 do
+    local lo, hi = LO[size], HI[size]
+    local free = (hi - lo + 1) - tonumber(redis.call('HGET', P .. 'bylen', size) or '0')
+    if free > 0 then
+      if free * 4 >= hi - lo + 1 then
+        while true do
+          local name = tostring(math.random(lo, hi))
+          if redis.call('SISMEMBER', names, name) == 0 then return name end
+        end
+      end
+      local cands = {}
+      for i = lo, hi do
+        local name = tostring(i)
+        if redis.call('SISMEMBER', names, name) == 0 then cands[#cands + 1] = name end
+      end
+      return cands[math.random(1, #cands)]
+    end
+  end
+  for _ = 1, 1000 do
+    local name = tostring(math.random(1000, 999999))
+    if redis.call('SISMEMBER', names, name) == 0 then return name end
+  end
+  return nil
+end
+
+local function run(a)  -- one op; its reply
+  A = a
+  op, side, now, replica, opid = A[1], A[2], A[3], A[4], A[5]
+  max_msgs, max_mb_bytes, max_stored = tonumber(A[7]), tonumber(A[8]), tonumber(A[9])
+  max_mailboxes, others_mb, others_bytes = tonumber(A[10]), tonumber(A[11]), tonumber(A[12])
+  max_touched, ntouched = tonumber(A[13]), tonumber(A[14])
+  touched = {}
   for i = 1, ntouched do touched[A[14 + i]] = true end
-  local X = 15 + ntouched
-
-  local reached, usage, gone = '', {}, {}
-
-  local function result(err, refusal, fatal, value, extra)
-    local r = {err or '', refusal or '', fatal and 1 or 0, reached, value or '',
-               #usage > 0 and cjson.encode(usage) or '', #gone > 0 and cjson.encode(gone) or ''}
-    if extra then for i = 1, #extra do r[#r + 1] = extra[i] end end
-    return r
-  end
-
-  local function remember(r)
-    redis.call('SET', P .. 'done:' .. opid, cjson.encode(r), 'EX', 300)
-    return r
-  end
+  X = 15 + ntouched
+  reached, usage, gone = '', {}, {}
 
   if A[6] == '1' then
     local done = redis.call('GET', P .. 'done:' .. opid)
@@ -55,137 +192,6 @@ local function run(A)  -- one op; its reply
       if string.sub(done, 1, 1) == '=' then return result(nil, nil, false, tonumber(string.sub(done, 2))) end
       return cjson.decode(done)
     end
-  end
-
-  local function stat(field) return tonumber(redis.call('HGET', P .. 'stats', field) or '0') end
-
-  local function canonical(name) return string.match(name, '^[1-9][0-9]*$') ~= nil end
-
-  local function sides_of(key)
-    local h, sides = redis.call('HGETALL', key), {}
-    local fields = {}
-    for i = 1, #h, 2 do
-      if string.sub(h[i], 1, 2) == 's:' then sides[string.sub(h[i], 3)] = h[i + 1] else fields[h[i]] = h[i + 1] end
-    end
-    return sides, fields
-  end
-
-  local function check_room(id, exists)  -- exists: does mailbox `id` exist (no id: a new one)
-    if id and touched[id] then return nil end
-    if max_touched > 0 and ntouched >= max_touched then return {'TOO_MANY_MAILBOXES', 'mailboxes_per_connection'} end
-    if not exists then
-      if max_mailboxes > 0 and stat('m') + others_mb >= max_mailboxes then return {'SERVER_FULL', 'mailboxes'} end
-    end
-    return nil
-  end
-
-  local function open_mailbox(id, fn, npname)
-    local key = P .. 'mb:' .. id
-    local exists = redis.call('EXISTS', key) == 1
-    local e = check_room(id, exists)
-    if e then return e end
-    local ns = 1
-    if not exists then  -- created with this side in it: one write
-      if npname then
-        redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 1, 's:' .. side, '1|' .. now .. '|', 'np', npname)
-      else
-        redis.call('HSET', key, 'fn', fn, 'b', 0, 'ns', 1, 's:' .. side, '1|' .. now .. '|')
-      end
-      redis.call('HINCRBY', P .. 'stats', 'm', 1)
-    elseif redis.call('HSETNX', key, 's:' .. side, '1|' .. now .. '|') == 1 then
-      ns = redis.call('HINCRBY', key, 'ns', 1)
-    else
-      ns = tonumber(redis.call('HGET', key, 'ns'))
-    end
-    if not touched[id] then touched[id] = true; ntouched = ntouched + 1 end
-    reached = id
-    redis.call('ZADD', P .. 'updated', now, id)
-    if ns > 2 then return {'CROWDED'} end
-    return nil
-  end
-
-  local function delete_nameplate(name, pruned)
-    local key = P .. 'np:' .. name
-    local sides = sides_of(key)
-    redis.call('DEL', key)
-    redis.call('SREM', P .. 'names', name)
-    if canonical(name) then redis.call('HINCRBY', P .. 'bylen', #name, -1) end
-    redis.call('HINCRBY', P .. 'stats', 'n', -1)
-    usage[#usage + 1] = {k = 'nameplate', sides = sides, pruned = pruned}
-  end
-
-  local function delete_mailbox(id, pruned)
-    local key = P .. 'mb:' .. id
-    local sides, fields = sides_of(key)
-    local np = fields['np']
-    if np and redis.call('HGET', P .. 'np:' .. np, 'mb') == id then delete_nameplate(np, pruned) end
-    local n = redis.call('LLEN', P .. 'msgs:' .. id)
-    local bytes = tonumber(fields['b'] or '0')
-    redis.call('DEL', key, P .. 'msgs:' .. id)
-    redis.call('ZREM', P .. 'updated', id)
-    redis.call('HINCRBY', P .. 'stats', 'm', -1)
-    if bytes ~= 0 then redis.call('HINCRBY', P .. 'stats', 'b', -bytes) end  -- Redis refuses '-0'
-    local subs = redis.call('SMEMBERS', P .. 'subs:' .. id)
-    redis.call('DEL', P .. 'subs:' .. id)
-    for _, r in ipairs(subs) do redis.call('SPUBLISH', P .. 'bus:' .. r, 'g' .. id) end
-    gone[#gone + 1] = id
-    usage[#usage + 1] = {k = 'mailbox', fn = fields['fn'], n = n, b = bytes, sides = sides, pruned = pruned}
-  end
-
-  local function claim_nameplate(name, new_id)
-    local key = P .. 'np:' .. name
-    local got = redis.call('HMGET', key, 'mb', 'ns', 's:' .. side)
-    local mbid, ns, s = got[1], 1, got[3]
-    if not mbid then  -- created with this side in it: one write
-      local e = check_room(nil, false)
-      if e then return nil, e end
-      mbid = new_id
-      redis.call('HSET', key, 'mb', mbid, 'ns', 1, 's:' .. side, '1|' .. now)
-      redis.call('SADD', P .. 'names', name)
-      if canonical(name) then redis.call('HINCRBY', P .. 'bylen', #name, 1) end
-      redis.call('HINCRBY', P .. 'stats', 'n', 1)
-    elseif not s then
-      redis.call('HSET', key, 's:' .. side, '1|' .. now)
-      ns = redis.call('HINCRBY', key, 'ns', 1)
-    elseif string.sub(s, 1, 1) == '0' then
-      return nil, {'RECLAIMED'}
-    else
-      ns = tonumber(got[2])
-    end
-    local e = open_mailbox(mbid, 1, name)
-    if e then return nil, e end
-    if ns > 2 then return nil, {'CROWDED'} end
-    return mbid
-  end
-
-  local LO, HI = {1, 10, 100}, {9, 99, 999}
-
-  local function free_nameplate()
-    math.randomseed(tonumber(A[X]))
-    local names = P .. 'names'
-    for size = 1, 3 do
-      local lo, hi = LO[size], HI[size]
-      local free = (hi - lo + 1) - tonumber(redis.call('HGET', P .. 'bylen', size) or '0')
-      if free > 0 then
-        if free * 4 >= hi - lo + 1 then
-          while true do
-            local name = tostring(math.random(lo, hi))
-            if redis.call('SISMEMBER', names, name) == 0 then return name end
-          end
-        end
-        local cands = {}
-        for i = lo, hi do
-          local name = tostring(i)
-          if redis.call('SISMEMBER', names, name) == 0 then cands[#cands + 1] = name end
-        end
-        return cands[math.random(1, #cands)]
-      end
-    end
-    for _ = 1, 1000 do
-      local name = tostring(math.random(1000, 999999))
-      if redis.call('SISMEMBER', names, name) == 0 then return name end
-    end
-    return nil
   end
 
   if op == 'list' then

@@ -279,7 +279,9 @@ class RedisStore:
             else:
                 pairs += zip(g, reply, strict=True)
         for j, reply in pairs:
-            if _noscript(reply):  # Redis restarted without its script cache
+            if type(reply) is list:  # the usual case first: an op's reply, no error checks to run
+                self.host.answered(j.req, self._result(j.req.op, reply, msg=j.msg))
+            elif _noscript(reply):  # Redis restarted without its script cache
                 again.append(j)
             elif isinstance(reply, (ResponseError, ReplyError)):
                 log.error("mailbox script failed: %s", reply)
@@ -320,7 +322,8 @@ class RedisStore:
 
     def _result(self, op, reply: list, app: str = "", msg: dict | None = None) -> Result:
         app = app or op.app
-        err, refusal, fatal, reached, value, usage, gone = [_text(x) for x in reply[:7]]
+        err, refusal, fatal, reached, value, usage, gone = [x.decode() if type(x) is bytes else _text(x)
+                                                            for x in reply[:7]]
         extra = reply[7:]
         res = Result(touched=reached or None)
         if err:
