@@ -264,10 +264,11 @@ async def cmd_receive(args: argparse.Namespace) -> int:
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
-    # a classic sender's file needs transit: load it, listen and look up our NAT's address beside the code
-    # exchange (for a text or a Dilated sender it is closed unused)
-    warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
-    early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen, ready=warming))
+    # a classic sender's file needs transit: listen and look up our NAT's address beside the code exchange
+    # (for a text or a Dilated sender it is closed unused). Loaded here rather than in a thread: the lookup's
+    # wait starts sooner, and a typed-in-advance code makes the key exchange short.
+    prepare_transit()
+    early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
     try:
         await w.open()
         code = args.code or await _read_code(w)
