@@ -28,6 +28,7 @@ from burrow.client.apps.transfer import (
     prepare_transit,
     send_path,
     send_text,
+    take_transit,
 )
 
 from . import codes, errors
@@ -240,7 +241,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
             _say("text message sent")
         else:
             assert early is not None
-            transit = await early
+            transit = await take_transit(early)
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
             bar = ProgressBar(enabled=False if args.hide_progress else None)
             confirmed = []
@@ -300,7 +301,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
             return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
-                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await early)
+                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await take_transit(early))
         try:
             got: Received = await receive(w, opts)
         finally:

@@ -145,6 +145,15 @@ async def early_transit(w: Wormhole, role: str, *, no_listen: bool = False, read
     return transit
 
 
+async def take_transit(early: asyncio.Future) -> Transit | None:
+    """The early_transit(), or None when it could not listen (send_path / receive then make their own, and
+    fail there only if a file needs it)."""
+    try:
+        return await early
+    except OSError:
+        return None
+
+
 async def discard_transit(early: asyncio.Future | None) -> None:
     """Close an early_transit() nobody took over (a text, a Dilated peer, an error before the transfer)."""
     if early is None:
@@ -157,7 +166,8 @@ async def discard_transit(early: asyncio.Future | None) -> None:
 
 async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progress: Progress = _noop,
                     on_connected: Callable[[str], None] | None = None, workdir: Path | None = None,
-                    on_acknowledged: Callable[[str], None] | None = None, transit: Transit | None = None) -> str:
+                    on_acknowledged: Callable[[str], None] | None = None,
+                    transit: Transit | None = None) -> str:
     """Send a file or directory; return the transit description. Raises TransferError on failure.
 
     The sender does not hash the file: every record is authenticated (XSalsa20-Poly1305 under a key only the
