@@ -21,7 +21,15 @@ from pathlib import Path
 
 from burrow.client.apps.progress import ProgressBar, human
 from burrow.client.apps.receive import Received, ReceiveOptions, receive, text_of
-from burrow.client.apps.transfer import Offer, prepare_transit, send_path, send_text
+from burrow.client.apps.transfer import (
+    Offer,
+    discard_transit,
+    early_transit,
+    prepare_transit,
+    send_path,
+    send_text,
+    take_transit,
+)
 
 from . import codes, errors
 from .heap import retain_freed_memory
@@ -210,15 +218,17 @@ async def cmd_send(args: argparse.Namespace) -> int:
         _say(f"burrow send: error: {path} is not readable")
         return EXIT_USAGE
     w = _wormhole(args)
-    await w.open()
+    early = None
+    if path is not None:  # load transit, listen and look up our NAT's address beside the code exchange
+        warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
+        early = asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
     try:
+        await w.open()
         if args.code:
             w.set_code(args.code)
         else:
             w.allocate_code(args.code_length)
         code = await w.get_code()
-        if path is not None:  # load transit beside the code exchange, which mostly waits on the network
-            warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
              f"{peer_command(args, 'receive', *(['--verify'] if args.verify else []), code)}\n")
         verifier = await w.get_verifier()
@@ -230,15 +240,15 @@ async def cmd_send(args: argparse.Namespace) -> int:
             await send_text(w, text)
             _say("text message sent")
         else:
-            assert path is not None
-            await warming
+            assert early is not None
+            transit = await take_transit(early)
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
             bar = ProgressBar(enabled=False if args.hide_progress else None)
             confirmed = []
             try:
                 desc = await send_path(w, path, no_listen=args.no_listen, progress=bar,
                                        on_connected=lambda d: _say(f"Sending ({d})..."),
-                                       on_acknowledged=confirmed.append)
+                                       on_acknowledged=confirmed.append, transit=transit)
             finally:
                 bar.finish()
             digest = f"; the receiver wrote SHA-256 {confirmed[0]}" if confirmed and confirmed[0] else ""
@@ -246,6 +256,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
         await w.close()
         return EXIT_OK
     finally:
+        await discard_transit(early)
         await _close_quietly(w)
 
 
@@ -254,12 +265,15 @@ async def cmd_receive(args: argparse.Namespace) -> int:
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
-    await w.open()
+    # a classic sender's file needs transit: listen and look up our NAT's address beside the code exchange
+    # (for a text or a Dilated sender it is closed unused). Loaded here rather than in a thread: the lookup's
+    # wait starts sooner, and a typed-in-advance code makes the key exchange short.
+    prepare_transit()
+    early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
     try:
+        await w.open()
         code = args.code or await _read_code(w)
         w.set_code(code)
-        # a classic sender's file needs transit: load it beside the code exchange
-        asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         verifier = await w.get_verifier()
         if args.verify:
             _say(f"Verifier {verifier.hex()}.")
@@ -287,7 +301,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
             return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
-                              on_connected=lambda d: _say(f"Receiving ({d})..."))
+                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await take_transit(early))
         try:
             got: Received = await receive(w, opts)
         finally:
@@ -302,6 +316,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         _interrupted_at_question(w)
         raise
     finally:
+        await discard_transit(early)
         await _close_quietly(w)
 
 

@@ -54,6 +54,7 @@ class ReceiveOptions:
     progress: Progress = _noop
     on_offer: Callable[[Offer, Path], None] = field(default=lambda offer, dest: None)
     on_connected: Callable[[str], None] = field(default=lambda desc: None)
+    transit: Transit | None = None  # an early_transit() (apps/transfer.py) to use instead of a new one
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,8 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
             from burrow.client.transit.aio import Transit
             from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
 
-            transit = Transit("receiver", transit_helper=w.transit_helper, no_listen=opts.no_listen,
-                              nat=getattr(w, "nat", None))
+            transit = opts.transit or Transit("receiver", transit_helper=w.transit_helper,
+                                              no_listen=opts.no_listen, nat=getattr(w, "nat", None))
             transit.set_key(w.derive_key(TRANSIT_KEY_PURPOSE, TRANSIT_KEY_LENGTH))
             transit.add_peer_transit(peer_transit)
             hints = await transit.get_hints()

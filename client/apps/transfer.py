@@ -131,15 +131,50 @@ def prepare_transit() -> None:
     import burrow.client.transit.aio  # noqa: F401 - imported for its cost, here rather than later
 
 
+async def early_transit(w: Wormhole, role: str, *, no_listen: bool = False, ready=None) -> Transit:
+    """A Transit that listens and starts looking up its NAT's address at once (Transit.listen_early), so that
+    the lookup's wait runs beside the key exchange rather than after it. `ready`: the transit import running
+    in a thread (prepare_transit), awaited first. Give it to send_path or ReceiveOptions, which close it once
+    connected; the caller closes it in any case with discard_transit (closing twice is harmless)."""
+    if ready is not None:
+        await ready
+    from burrow.client.transit.aio import Transit
+
+    transit = Transit(role, transit_helper=w.transit_helper, no_listen=no_listen, nat=getattr(w, "nat", None))
+    transit.listen_early()
+    return transit
+
+
+async def take_transit(early: asyncio.Future) -> Transit | None:
+    """The early_transit(), or None when it could not listen (send_path / receive then make their own, and
+    fail there only if a file needs it)."""
+    try:
+        return await early
+    except OSError:
+        return None
+
+
+async def discard_transit(early: asyncio.Future | None) -> None:
+    """Close an early_transit() nobody took over (a text, a Dilated peer, an error before the transfer)."""
+    if early is None:
+        return
+    if not early.done():
+        early.cancel()
+    elif not early.cancelled() and early.exception() is None:
+        await early.result().close()
+
+
 async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progress: Progress = _noop,
                     on_connected: Callable[[str], None] | None = None, workdir: Path | None = None,
-                    on_acknowledged: Callable[[str], None] | None = None) -> str:
+                    on_acknowledged: Callable[[str], None] | None = None,
+                    transit: Transit | None = None) -> str:
     """Send a file or directory; return the transit description. Raises TransferError on failure.
 
     The sender does not hash the file: every record is authenticated (XSalsa20-Poly1305 under a key only the
     two peers hold, with sequential nonces, so nothing can be altered, dropped or reordered unnoticed) and
     the receiver acknowledges only once it has all of it. `on_acknowledged` gets the SHA-256 the receiver
-    reports for what it wrote, for the user to compare if they wish.
+    reports for what it wrote, for the user to compare if they wish. `transit`: an early_transit() to use
+    instead of a new one.
     """
     await w.get_verifier()
     tmp = None
@@ -158,8 +193,9 @@ async def send_path(w: Wormhole, path: Path, *, no_listen: bool = False, progres
         from burrow.client.transit.aio import Transit
         from burrow.client.transit.protocol import ABILITIES, TRANSIT_KEY_LENGTH
 
-        transit = Transit("sender", transit_helper=w.transit_helper, no_listen=no_listen,
-                          nat=getattr(w, "nat", None))
+        if transit is None:
+            transit = Transit("sender", transit_helper=w.transit_helper, no_listen=no_listen,
+                              nat=getattr(w, "nat", None))
         try:
             hints = await transit.get_hints()
             _send(w, {"transit": {"abilities-v1": ABILITIES, "hints-v1": hints}})

@@ -39,8 +39,9 @@ CONNECT_TIMEOUT = 120.0  # seconds for the whole race
 DIAL_TIMEOUT = 10.0  # seconds for one TCP connect
 INBOUND_GRACE = 2.0  # seconds a listening side still waits for the peer's connection once its own dials failed
 STREAM_LIMIT = 4 * 1024 * 1024  # bytes buffered by a StreamReader before it pauses the socket
-# seconds get_hints waits for external hints: STUN answers in a round trip and a NAT-PMP gateway at once;
-# a slower lookup (a UPnP search) is left out of the hints, and its mapping undone at close()
+# seconds from the start of the external hint lookups (listen_early) to the last moment get_hints waits for
+# them: STUN answers in a round trip and a NAT-PMP gateway at once; a slower lookup (a UPnP search) is left out
+# of the hints, and its mapping undone at close()
 EXTERNAL_WAIT = 0.3
 MAPPING_CLOSE_WAIT = 3.0  # seconds a late port mapping gets to finish after close(), to be deleted
 
@@ -93,6 +94,9 @@ class Transit:
         self.nat = nat  # client.nat.hints.NatOptions: external hints; None: local hints only
         self.peer_simopen = False  # the peer listed tcp-simultaneous-open-v1 in abilities-v1
         self._listen_port: int | None = None
+        self._socks: list[socket.socket] = []  # our listening sockets (listen_early), served from get_hints()
+        self._hints_due = 0.0  # loop time when get_hints() stops waiting for external hints
+        self._lookups: list[asyncio.Future] = []  # external hint lookups get_hints() has not collected yet
         self._mapper: PortMapper | None = None
         self._mapping: asyncio.Future | None = None
         self._key: bytes | None = None
@@ -107,21 +111,33 @@ class Transit:
         self._grace_over = False
 
     # ---- hints
+    def listen_early(self) -> None:
+        """Open our listening port and start looking up its external hint now, well before get_hints().
+
+        The lookup's wait (up to EXTERNAL_WAIT, all of it when the gateway stays silent) then runs beside
+        work the transfer does anyway (the mailbox connection, the key exchange), and get_hints() waits only
+        for what is left of it. Until get_hints() nothing is accepted: a connection (none can come before
+        our hints go out) waits in the kernel's listen backlog."""
+        if self.no_listen or self._socks:
+            return
+        self._socks = listening_sockets()  # one port number for IPv4 and IPv6, shared with simultaneous-open dials
+        port = self._listen_port = self._socks[0].getsockname()[1]
+        addrs = local_addresses() + (global_v6_addresses() if len(self._socks) > 1 else [])
+        self._direct = [P.TcpHint(a, port) for a in addrs]
+        self._hints_due = asyncio.get_running_loop().time() + EXTERNAL_WAIT
+        if self.nat is not None:
+            self._lookups = self._start_lookups(port, set(addrs))
+
     async def get_hints(self) -> list[dict]:
         if not self.no_listen and not self._servers:
-            socks = listening_sockets()  # one port number for IPv4 and IPv6, shared with simultaneous-open dials
-            for sock in socks:
+            self.listen_early()
+            for sock in self._socks:
                 self._servers.append(await asyncio.start_server(self._accepted, sock=sock, limit=STREAM_LIMIT))
-            port = self._listen_port = socks[0].getsockname()[1]
-            addrs = local_addresses() + (global_v6_addresses() if len(socks) > 1 else [])
-            self._direct = [P.TcpHint(a, port) for a in addrs]
-            if self.nat is not None:
-                external = await self._external_hints(port, set(addrs))
-                self._direct += [h for h in dict.fromkeys(external) if h not in self._direct]
+            external = await self._external_hints()
+            self._direct += [h for h in dict.fromkeys(external) if h not in self._direct]
         return P.encode_hints(self._direct, self._relays)
 
-    async def _external_hints(self, port: int, local: set[str]) -> list[P.TcpHint]:
-        """Our NAT's address for `port`, from the lookups that answer within EXTERNAL_WAIT."""
+    def _start_lookups(self, port: int, local: set[str]) -> list[asyncio.Future]:
         nat, lookups = self.nat, []
         if nat.portmap:
             self._mapper = PortMapper(port, upnp=nat.upnp)
@@ -130,9 +146,15 @@ class Transit:
         if nat.stun_server is not None:
             lookups.append(asyncio.ensure_future(stun_hint(port, nat.stun_server, stun_port2=nat.stun_port2,
                                                            local=local)))
+        return lookups
+
+    async def _external_hints(self) -> list[P.TcpHint]:
+        """Our NAT's address for our port, from the lookups that answer within EXTERNAL_WAIT of their start."""
+        lookups, self._lookups = self._lookups, []
         if not lookups:
             return []
-        done, _pending = await asyncio.wait(lookups, timeout=EXTERNAL_WAIT)
+        left = self._hints_due - asyncio.get_running_loop().time()
+        done, _pending = await asyncio.wait(lookups, timeout=max(0.0, left))
         hints = []
         for t in lookups:
             if t not in done:
@@ -316,6 +338,12 @@ class Transit:
 
     async def close(self) -> None:
         await self._cleanup()
+        if not self._servers:  # listening early, never served: close the sockets and the lookups ourselves
+            for sock in self._socks:
+                sock.close()
+            for t in self._lookups:
+                if t is not self._mapping:
+                    t.cancel()
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 2)

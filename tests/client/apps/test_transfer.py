@@ -3,12 +3,16 @@
 import asyncio
 import hashlib
 import os
+import socket
 
 import pytest
 
 from burrow.client.apps.receive import ReceiveOptions, receive
-from burrow.client.apps.transfer import send_path, send_text
+from burrow.client.apps.transfer import discard_transit, early_transit, send_path, send_text
 from burrow.client.errors import TransferError, TransferRejected
+from burrow.client.nat import natpmp, portmap, ssdp
+from burrow.client.nat.hints import NatOptions
+from burrow.client.transit import aio
 from burrow.client.wormhole import Wormhole
 
 pytestmark = pytest.mark.timeout(60)
@@ -51,6 +55,47 @@ async def test_file(wormhole_servers, tmp_path, no_listen):
     assert not list((tmp_path / "out").glob("*.burrow-part"))
     await a.close()
     await b.close()
+
+
+async def test_a_silent_gateway_holds_no_hints_back_once_the_key_exchange_took_its_wait(wormhole_servers, tmp_path,
+                                                                                      monkeypatch):
+    """Both sides listen and start the port-mapping lookup before the code is known (early_transit). The
+    gateway stays silent (NAT-PMP and SSDP to a port that never answers) and the code comes only after
+    EXTERNAL_WAIT: by then the lookups' wait is over, so neither side holds its hints back again, and the
+    whole transfer ends before a single such wait could pass."""
+    wait = 2.0
+    monkeypatch.setattr(aio, "EXTERNAL_WAIT", wait)
+    monkeypatch.setattr(portmap, "UPNP_SEARCH_TIMEOUT", 30)  # a search that outlasts the test
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        monkeypatch.setattr(portmap, "default_gateway", lambda: "127.0.0.1")
+        monkeypatch.setattr(natpmp, "PORT", silent.getsockname()[1])
+        monkeypatch.setattr(ssdp, "ADDRESS", silent.getsockname())
+        src = tmp_path / "data.bin"
+        src.write_bytes(os.urandom(256 * 1024))
+        a = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, nat=NatOptions())
+        b = Wormhole(wormhole_servers.relay_url, transit_helper=wormhole_servers.transit_helper, nat=NatOptions())
+        ea = asyncio.ensure_future(early_transit(a, "sender"))
+        eb = asyncio.ensure_future(early_transit(b, "receiver"))
+        try:
+            await a.open()
+            await b.open()
+            a.allocate_code()
+            code = await a.get_code()
+            await asyncio.sleep(wait)  # the receiver's user types the code meanwhile
+            b.set_code(code)
+            ta, tb = await ea, await eb
+            assert not ta._mapping.done() and not ta._mapper.committed  # the gateway is still being asked
+            out = tmp_path / "out.bin"
+            async with asyncio.timeout(wait):
+                desc, got = await asyncio.gather(send_path(a, src, transit=ta),
+                                                 receive(b, ReceiveOptions(output=out, transit=tb)))
+            assert desc.startswith("direct") and sha(out) == sha(src) == got.sha256
+        finally:
+            await discard_transit(ea)
+            await discard_transit(eb)
+            await a.close()
+            await b.close()
 
 
 async def test_directory(wormhole_servers, tmp_path):
