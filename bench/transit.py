@@ -100,7 +100,7 @@ class Front:
         ws_ports = [free_port() for _ in self.replicas]  # the front end's WebSocket backend is unused here
         self.port = free_port()
         config = front_config([Replica(port, w) for (_, port), w in zip(self.replicas, ws_ports, strict=True)],
-                              self.port, free_port(), free_port())
+                              self.port, free_port(), free_port(), HOST)
         self.haproxy = HAProxy(Path(self.workdir.name), config)
         time.sleep(4.5)  # the health checks mark every replica up (inter 2 s, rise 2)
 

@@ -1,8 +1,8 @@
 """The Helm chart's transit front end (transit.scaling: haproxy) run locally by the tests and benchmarks.
 
 `front_config(replicas, ...)` renders the chart's own HAProxy configuration (helm/burrow, through the
-Helm engine in helm-python-sdk) and points it at local replicas: the `bind` lines at 127.0.0.1 ports,
-the `server transit-N` lines at 127.0.0.1:port instead of the StatefulSet's DNS names. Everything else
+Helm engine in helm-python-sdk) and points it at local replicas: the `bind` lines at ports on 127.0.0.1 (or the given host),
+the `server transit-N` lines at host:port instead of the StatefulSet's DNS names. Everything else
 (the token hash, consistent hashing, PROXY v2, health checks, the admin frontend) is the chart's text.
 """
 
@@ -39,17 +39,18 @@ def chart_config(replicas: int, maxconn: int = 2000) -> str:
     return config_map["data"]["haproxy.cfg"]
 
 
-def front_config(replicas: list[Replica], tcp_port: int, websocket_port: int, admin_port: int) -> str:
-    """The chart's configuration with its listeners and servers on 127.0.0.1."""
+def front_config(replicas: list[Replica], tcp_port: int, websocket_port: int, admin_port: int,
+                 host: str = "127.0.0.1") -> str:
+    """The chart's configuration with its listeners and servers on `host`."""
     text = chart_config(len(replicas))
     binds = {_PORTS["tcp"]: tcp_port, _PORTS["websocket"]: websocket_port, _PORTS["admin"]: admin_port}
-    text, n = re.subn(r"bind :(\d+)", lambda m: f"bind 127.0.0.1:{binds[int(m.group(1))]}", text)
+    text, n = re.subn(r"bind :(\d+)", lambda m: f"bind {host}:{binds[int(m.group(1))]}", text)
     assert n == 3, text
 
     def server(m: re.Match) -> str:
         replica = replicas[int(m.group(1))]
         port = replica.tcp_port if int(m.group(2)) == _PORTS["tcp"] else replica.websocket_port
-        return f"server transit-{m.group(1)} 127.0.0.1:{port}"
+        return f"server transit-{m.group(1)} {host}:{port}"
 
     text, n = re.subn(r"server transit-(\d+) \S+:(\d+)", server, text)
     assert n == 2 * len(replicas), text
