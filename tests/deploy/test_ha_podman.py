@@ -355,11 +355,18 @@ def lanes_running(ha: HA, tmp_path: Path, first: int, size: int = FILE_SIZE):
                  f"{sum(lane.close_races for lane in lanes)}")
 
 
+HAPROXY_SETTLE = 3.0  # seconds: longer than HAProxy needs to mark a stale address down (docker/haproxy.cfg)
+
+
 def restart(ha: HA, replica: str, backend: str) -> None:
     note(ha.log, f"restarting {replica}")
     ha.stack.containers[replica].restart(timeout=ha.stack.stop_timeout(replica))  # SIGTERM: drain
     deadline = time.monotonic() + 90
     wait_until(f"{replica} ready again", lambda: ready(ha.admin(replica)), deadline, ha.stack)
+    # A restarted container may come back at a new IP; HAProxy still shows the old address UP until its
+    # checks fail there (inter 1 s, fall 2) and it resolves the name again. Restarting the next replica
+    # inside that window leaves no server at all, so let the checks run past it before trusting UP.
+    time.sleep(HAPROXY_SETTLE)
     wait_until(f"haproxy sees {replica} up", lambda: ha.haproxy_status(backend).get(replica) == "UP",
                deadline, ha.stack)
 
