@@ -1,0 +1,140 @@
+"""A real iroh endpoint (PyPI `iroh`) in a NAT lab peer namespace, homed on the lab's burrow-relay.
+
+    python iroh_peer.py accept RELAY_URL QAD_PORT NBYTES
+        prints {"id", "addrs"} once online, then answers one connection: reads what the dialler sends,
+        sends NBYTES of its own and the SHA-256 of what it read, and exits when the dialler closes
+    python iroh_peer.py dial RELAY_URL QAD_PORT NBYTES PEER_ID DIRECT_WAIT
+        dials PEER_ID through the relay, waits up to DIRECT_WAIT s for a direct (IP) path to be
+        selected, then exchanges NBYTES each way and prints the outcome and the connection's paths
+
+QAD_PORT 0 leaves QUIC address discovery off in the relay map. `addrs` are the endpoint's own direct
+addresses (its interfaces, and with QAD the public address the relay saw). Run it only inside the lab:
+the endpoint's port mapper probes the default gateway. The test puts a copy of the iroh package that
+trusts the lab's root first on PYTHONPATH (harness/natlab/iroh_trust.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import ipaddress
+import json
+import os
+import sys
+import time
+
+import iroh
+
+ALPN = b"burrow/natlab-iroh/1"
+ONLINE_WAIT = 20.0  # s for the home relay
+ADDR_WAIT = 10.0    # s for a public address among our own (QAD answers after the relay connection)
+MAX_READ = 64 * 1024 * 1024
+
+
+def _options(relay_url: str, qad_port: int, protocols=None) -> iroh.EndpointOptions:
+    relays = iroh.RelayMap.empty()
+    relays.insert(iroh.RelayConfig(url=relay_url, quic_port=qad_port or None))
+    kwargs = dict(preset=iroh.preset_minimal(), bind_addr="0.0.0.0:0", relay_mode=iroh.RelayMode.custom(relays),
+                  alpns=[ALPN])
+    if protocols:
+        kwargs["protocols"] = protocols
+    return iroh.EndpointOptions(**kwargs)
+
+
+def _public(addr: str) -> bool:
+    return ipaddress.ip_address(addr.rsplit(":", 1)[0].strip("[]")).is_global or addr.startswith("203.0.113.")
+
+
+async def _online(ep) -> list[str]:
+    """Home relay up; then our direct addresses once a public one shows (or ADDR_WAIT passed)."""
+    await asyncio.wait_for(ep.online(), ONLINE_WAIT)
+    deadline = time.monotonic() + ADDR_WAIT
+    while not any(_public(a) for a in ep.addr().direct_addresses()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return sorted(ep.addr().direct_addresses())
+
+
+def _paths(conn) -> list[dict]:
+    return [{"remote": p.remote_addr, "ip": p.is_ip, "relay": p.is_relay, "selected": p.is_selected,
+             "tx_bytes": p.stats.udp_tx_bytes, "rx_bytes": p.stats.udp_rx_bytes} for p in conn.paths()]
+
+
+class Answer(iroh.ProtocolHandler):
+    def __init__(self, reply: bytes, done: asyncio.Future):
+        self.reply, self.done = reply, done
+
+    async def accept(self, conn):
+        try:
+            bi = await conn.accept_bi()
+            data = await bi.recv().read_to_end(MAX_READ)
+            await bi.send().write_all(hashlib.sha256(data).digest() + self.reply)
+            await bi.send().finish()
+            await conn.closed()
+        finally:
+            if not self.done.done():
+                self.done.set_result(None)
+
+    async def shutdown(self):
+        return None
+
+
+class Creator(iroh.ProtocolCreator):
+    def __init__(self, handler):
+        self.handler = handler
+
+    def create(self, endpoint):
+        return self.handler
+
+
+async def accept(relay_url: str, qad_port: int, nbytes: int) -> dict:
+    reply = os.urandom(nbytes)
+    done: asyncio.Future = asyncio.get_running_loop().create_future()
+    ep = await iroh.Endpoint.bind(_options(relay_url, qad_port, {ALPN: Creator(Answer(reply, done))}))
+    try:
+        addrs = await _online(ep)
+        print(json.dumps({"id": str(ep.id()), "addrs": addrs, "reply_sha256": hashlib.sha256(reply).hexdigest(),
+                          "iroh": iroh.__file__}), flush=True)
+        await asyncio.wait_for(done, 120)
+        return {"answered": True}
+    finally:
+        await ep.close()
+
+
+async def dial(relay_url: str, qad_port: int, nbytes: int, peer: str, direct_wait: float) -> dict:
+    data = os.urandom(nbytes)
+    ep = await iroh.Endpoint.bind(_options(relay_url, qad_port))
+    try:
+        result: dict = {"addrs": await _online(ep), "iroh": iroh.__file__}
+        conn = await asyncio.wait_for(ep.connect(iroh.EndpointAddr(iroh.EndpointId.from_string(peer), relay_url, []),
+                                                 ALPN), 20)
+        started = time.monotonic()
+        while not any(p["selected"] and p["ip"] for p in _paths(conn)) and time.monotonic() - started < direct_wait:
+            await asyncio.sleep(0.1)
+        result["paths_before"] = _paths(conn)
+        bi = await conn.open_bi()
+        await bi.send().write_all(data)
+        await bi.send().finish()
+        back = await asyncio.wait_for(bi.recv().read_to_end(MAX_READ), 60)
+        result.update(paths=_paths(conn), their_digest_ok=back[:32] == hashlib.sha256(data).digest(),
+                      got_sha256=hashlib.sha256(back[32:]).hexdigest(), got_bytes=len(back) - 32)
+        conn.close(0, b"done")
+        return result
+    finally:
+        await ep.close()
+
+
+async def _main(argv: list[str]) -> int:
+    iroh.iroh_ffi.uniffi_set_event_loop(asyncio.get_running_loop())
+    if os.environ.get("IROH_PEER_LOG"):  # iroh's own log on stderr (DEBUG, TRACE, ...), when debugging
+        iroh.set_log_level(getattr(iroh.LogLevel, os.environ["IROH_PEER_LOG"]))
+    mode, relay_url, qad_port, nbytes = argv[0], argv[1], int(argv[2]), int(argv[3])
+    if mode == "accept":
+        result = await accept(relay_url, qad_port, nbytes)
+    else:
+        result = await dial(relay_url, qad_port, nbytes, argv[4], float(argv[5]))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(_main(sys.argv[1:])))
