@@ -4,7 +4,8 @@ Two endpoints sit behind two endpoint-independent NATs (`eim`). Each learns its 
 burrow-relay's QUIC address discovery, exchanges it with the other through the relay, and iroh's hole
 punching then selects a direct UDP path between the two NAT mappings; the bytes of both directions arrive
 intact over it. With QAD off on the relay, the endpoints know only their LAN addresses and the connection
-stays on the relay.
+stays on the relay. Behind symmetric NATs QAD answers, but each NAT maps every destination to a new port,
+so the reported address is no use to the peer and the connection stays on the relay too.
 
 The relay's certificate is signed by a root that only the test's copy of the iroh package trusts
 (harness/natlab/iroh_trust.py: the wheel checks relay certificates against compiled-in roots only).
@@ -34,8 +35,8 @@ def _json_line(text: str) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
-def run_pair(lab, qad: bool) -> dict:
-    topo = build(lab, "eim")
+def run_pair(lab, scenario: str, qad: bool) -> dict:
+    topo = build(lab, scenario)
     trust = patched_iroh(lab.workdir)
     cert = trust.issue(lab.workdir, [services.RELAY_NAME])
     servers = services.start_servers(lab, topo, tls=cert, qad=qad)
@@ -70,7 +71,7 @@ def _selected(paths: list[dict]) -> dict:
 
 @pytest.mark.slow
 def test_iroh_endpoints_behind_eim_nats_go_direct_with_qad(lab):
-    r = run_pair(lab, qad=True)
+    r = run_pair(lab, "eim", qad=True)
     a, b = r["a"], r["b"]
     assert b["iroh"].startswith(r["trust"]) and a["iroh"].startswith(r["trust"])  # the patched copy ran
     # QAD: each endpoint knows its NAT's public address (its router's WAN address, the NAT keeps ports)
@@ -86,11 +87,22 @@ def test_iroh_endpoints_behind_eim_nats_go_direct_with_qad(lab):
 
 @pytest.mark.slow
 def test_iroh_endpoints_stay_relayed_without_qad(lab):
-    r = run_pair(lab, qad=False)
+    r = run_pair(lab, "eim", qad=False)
     a, b = r["a"], r["b"]
     # no public address learnt: only the LAN addresses, which the other side cannot reach
     assert all(x.startswith("192.168.") for x in a["addrs"] + b["addrs"]), (a["addrs"], b["addrs"])
     path = _selected(a["paths"])
     assert path["relay"] and not path["ip"], a["paths"]
     assert not any(p["ip"] and p["tx_bytes"] >= NBYTES for p in a["paths"]), a["paths"]
+    assert a["their_digest_ok"] and a["got_sha256"] == b["reply_sha256"] and a["got_bytes"] == NBYTES
+
+
+@pytest.mark.slow
+def test_iroh_endpoints_behind_symmetric_nats_stay_relayed(lab):
+    r = run_pair(lab, "symmetric", qad=True)
+    a, b = r["a"], r["b"]
+    for me, name in ((a, "a"), (b, "b")):  # QAD answered: the NAT's public address, at a port of its choosing
+        assert any(x.startswith(r["public"][name] + ":") for x in me["addrs"]), me["addrs"]
+    path = _selected(a["paths"])
+    assert path["relay"] and not path["ip"], a["paths"]
     assert a["their_digest_ok"] and a["got_sha256"] == b["reply_sha256"] and a["got_bytes"] == NBYTES
