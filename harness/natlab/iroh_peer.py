@@ -5,12 +5,15 @@
         sends NBYTES of its own and the SHA-256 of what it read, and exits when the dialler closes
     python iroh_peer.py dial RELAY_URL QAD_PORT NBYTES PEER_ID DIRECT_WAIT
         dials PEER_ID through the relay, waits up to DIRECT_WAIT s for a direct (IP) path to be
-        selected, then exchanges NBYTES each way and prints the outcome and the connection's paths
+        selected, then exchanges NBYTES each way and prints the outcome, the connection's paths and
+        seconds: connect_s (the dial), direct_s (from the dial to a direct path selected, null if none
+        within DIRECT_WAIT), transfer_s (sending NBYTES, then receiving the NBYTES answer)
 
 QAD_PORT 0 leaves QUIC address discovery off in the relay map. `addrs` are the endpoint's own direct
 addresses (its interfaces, and with QAD the public address the relay saw). Run it only inside the lab:
-the endpoint's port mapper probes the default gateway. The test puts a copy of the iroh package that
-trusts the lab's root first on PYTHONPATH (harness/natlab/iroh_trust.py).
+the endpoint's port mapper probes the default gateway. harness/natlab/iroh_pair.py runs it with a copy of the
+iroh package that trusts the lab's root first on PYTHONPATH (harness/natlab/iroh_trust.py). It runs as a script,
+so its own directory comes first on sys.path: no module beside it may be named `iroh`.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ async def accept(relay_url: str, qad_port: int, nbytes: int) -> dict:
         addrs = await _online(ep)
         print(json.dumps({"id": str(ep.id()), "addrs": addrs, "reply_sha256": hashlib.sha256(reply).hexdigest(),
                           "iroh": iroh.__file__}), flush=True)
-        await asyncio.wait_for(done, 120)
+        await asyncio.wait_for(done, 300)
         return {"answered": True}
     finally:
         await ep.close()
@@ -105,17 +108,24 @@ async def dial(relay_url: str, qad_port: int, nbytes: int, peer: str, direct_wai
     ep = await iroh.Endpoint.bind(_options(relay_url, qad_port))
     try:
         result: dict = {"addrs": await _online(ep), "iroh": iroh.__file__}
+        started = time.monotonic()
         conn = await asyncio.wait_for(ep.connect(iroh.EndpointAddr(iroh.EndpointId.from_string(peer), relay_url, []),
                                                  ALPN), 20)
-        started = time.monotonic()
-        while not any(p["selected"] and p["ip"] for p in _paths(conn)) and time.monotonic() - started < direct_wait:
-            await asyncio.sleep(0.1)
+        result["connect_s"] = round(time.monotonic() - started, 3)
+        result["direct_s"] = None
+        while time.monotonic() - started < direct_wait:
+            if any(p["selected"] and p["ip"] for p in _paths(conn)):
+                result["direct_s"] = round(time.monotonic() - started, 3)
+                break
+            await asyncio.sleep(0.05)
         result["paths_before"] = _paths(conn)
+        sent = time.monotonic()
         bi = await conn.open_bi()
         await bi.send().write_all(data)
         await bi.send().finish()
-        back = await asyncio.wait_for(bi.recv().read_to_end(MAX_READ), 60)
-        result.update(paths=_paths(conn), their_digest_ok=back[:32] == hashlib.sha256(data).digest(),
+        back = await asyncio.wait_for(bi.recv().read_to_end(MAX_READ), 120)
+        result.update(transfer_s=round(time.monotonic() - sent, 3), paths=_paths(conn),
+                      their_digest_ok=back[:32] == hashlib.sha256(data).digest(),
                       got_sha256=hashlib.sha256(back[32:]).hexdigest(), got_bytes=len(back) - 32)
         conn.close(0, b"done")
         return result
