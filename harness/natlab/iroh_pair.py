@@ -30,7 +30,7 @@ class IrohPair:
     qad: bool
     nbytes: int
     a: dict  # the dialler's report (iroh_peer.py dial)
-    b: dict  # the acceptor's first line: id, addrs, reply_sha256, iroh
+    b: dict  # the acceptor's first line (id, addrs, reply_sha256, iroh) and its last (recv_MBps)
     public: dict[str, str]  # peer name -> its NAT's public IPv4 address
     trust: Path  # the directory whose iroh package the endpoints imported
 
@@ -47,13 +47,15 @@ class IrohPair:
                 and self.a["got_bytes"] == self.nbytes)
 
     def row(self) -> dict:
-        """bench/nat.py's row: path, time to the direct path (from the dial), throughput of the exchange
-        (both directions' bytes over the seconds from the first byte sent to the last byte of the answer)."""
+        """bench/nat.py's row: path, time to the direct path (from the dial), and the receive rates of both
+        directions (iroh_peer.py's recv_MBps); throughput_MBps is the slower of the two."""
         path = self.selected
+        rates = (self.b.get("recv_MBps"), self.a.get("recv_MBps"))
         return {"scenario": self.scenario, "transfer": "iroh", "qad": self.qad,
                 "path": "direct" if path["ip"] else "relay", "route": path["remote"],
                 "time_to_direct_s": self.a["direct_s"], "connect_s": self.a["connect_s"], "bytes_ok": self.bytes_ok,
-                "throughput_MBps": round(2 * self.nbytes / self.a["transfer_s"] / 1e6, 2) if self.bytes_ok else None}
+                "a_to_b_MBps": rates[0], "b_to_a_MBps": rates[1],
+                "throughput_MBps": min(rates) if self.bytes_ok and None not in rates else None}
 
 
 def _json_line(text: str) -> dict | None:
@@ -87,8 +89,10 @@ def iroh_pair(lab: Lab, scenario: str, *, qad: bool, nbytes: int, direct_wait: f
     if dial.returncode != 0 or a is None:
         raise LabError(f"the dialling iroh endpoint failed: {dial.stderr[-3000:]}")
     out, err = accept.communicate(timeout=30)
-    if _json_line(out) != {"answered": True}:
+    last = _json_line(out)
+    if not last or not last.get("answered"):
         raise LabError(f"the accepting iroh endpoint did not answer: {err[-3000:]}")
+    b.update(last)
     wan = {r.ns: r.wan_v4 for r in topo.routers.values()}
     return IrohPair(scenario, qad, nbytes, a, b, {name: wan.get(h.router, h.v4) for name, h in topo.hosts.items()},
                     trust.pythonpath)

@@ -7,7 +7,8 @@
         dials PEER_ID through the relay, waits up to DIRECT_WAIT s for a direct (IP) path to be
         selected, then exchanges NBYTES each way and prints the outcome, the connection's paths and
         seconds: connect_s (the dial), direct_s (from the dial to a direct path selected, null if none
-        within DIRECT_WAIT), transfer_s (sending NBYTES, then receiving the NBYTES answer)
+        within DIRECT_WAIT), transfer_s (sending NBYTES, then receiving the NBYTES answer), and the
+        answer's receive rate recv_MBps (the acceptor prints its own for our bytes when it exits)
 
 QAD_PORT 0 leaves QUIC address discovery off in the relay map. `addrs` are the endpoint's own direct
 addresses (its interfaces, and with QAD the public address the relay saw). Run it only inside the lab:
@@ -32,6 +33,7 @@ ALPN = b"burrow/natlab-iroh/1"
 ONLINE_WAIT = 20.0  # s for the home relay
 ADDR_WAIT = 10.0    # s for a public address among our own (QAD answers after the relay connection)
 MAX_READ = 64 * 1024 * 1024
+CHUNK = 1 << 20     # bytes asked for per read
 
 
 def _options(relay_url: str, qad_port: int, protocols=None) -> iroh.EndpointOptions:
@@ -62,20 +64,39 @@ def _paths(conn) -> list[dict]:
              "tx_bytes": p.stats.udp_tx_bytes, "rx_bytes": p.stats.udp_rx_bytes} for p in conn.paths()]
 
 
+async def _read_all(recv) -> tuple[bytes, float | None]:
+    """The stream to its end (at most MAX_READ bytes), and its receive rate in MB/s: the bytes after the
+    first read over the seconds from the first read to the last. The sender's binding hands its whole
+    payload to iroh before the first byte leaves, so this rate is the path's, not the binding's."""
+    chunks, size, first, last, first_len = [], 0, 0.0, 0.0, 0
+    while size <= MAX_READ:
+        chunk = await recv.read(CHUNK)
+        if not chunk:
+            break
+        last = time.monotonic()
+        if not chunks:
+            first, first_len = last, len(chunk)
+        chunks.append(chunk)
+        size += len(chunk)
+    rate = round((size - first_len) / (last - first) / 1e6, 2) if last > first else None
+    return b"".join(chunks), rate
+
+
 class Answer(iroh.ProtocolHandler):
     def __init__(self, reply: bytes, done: asyncio.Future):
         self.reply, self.done = reply, done
 
     async def accept(self, conn):
+        rate = None
         try:
             bi = await conn.accept_bi()
-            data = await bi.recv().read_to_end(MAX_READ)
+            data, rate = await _read_all(bi.recv())
             await bi.send().write_all(hashlib.sha256(data).digest() + self.reply)
             await bi.send().finish()
             await conn.closed()
         finally:
             if not self.done.done():
-                self.done.set_result(None)
+                self.done.set_result(rate)
 
     async def shutdown(self):
         return None
@@ -97,8 +118,8 @@ async def accept(relay_url: str, qad_port: int, nbytes: int) -> dict:
         addrs = await _online(ep)
         print(json.dumps({"id": str(ep.id()), "addrs": addrs, "reply_sha256": hashlib.sha256(reply).hexdigest(),
                           "iroh": iroh.__file__}), flush=True)
-        await asyncio.wait_for(done, 300)
-        return {"answered": True}
+        rate = await asyncio.wait_for(done, 300)
+        return {"answered": True, "recv_MBps": rate}
     finally:
         await ep.close()
 
@@ -123,8 +144,8 @@ async def dial(relay_url: str, qad_port: int, nbytes: int, peer: str, direct_wai
         bi = await conn.open_bi()
         await bi.send().write_all(data)
         await bi.send().finish()
-        back = await asyncio.wait_for(bi.recv().read_to_end(MAX_READ), 120)
-        result.update(transfer_s=round(time.monotonic() - sent, 3), paths=_paths(conn),
+        back, rate = await asyncio.wait_for(_read_all(bi.recv()), 120)
+        result.update(transfer_s=round(time.monotonic() - sent, 3), recv_MBps=rate, paths=_paths(conn),
                       their_digest_ok=back[:32] == hashlib.sha256(data).digest(),
                       got_sha256=hashlib.sha256(back[32:]).hexdigest(), got_bytes=len(back) - 32)
         conn.close(0, b"done")
@@ -135,7 +156,7 @@ async def dial(relay_url: str, qad_port: int, nbytes: int, peer: str, direct_wai
 
 async def _main(argv: list[str]) -> int:
     iroh.iroh_ffi.uniffi_set_event_loop(asyncio.get_running_loop())
-    if os.environ.get("IROH_PEER_LOG"):  # iroh's own log on stderr (DEBUG, TRACE, ...), when debugging
+    if os.environ.get("IROH_PEER_LOG"):  # iroh's own log on stdout (DEBUG, TRACE, ...), when debugging
         iroh.set_log_level(getattr(iroh.LogLevel, os.environ["IROH_PEER_LOG"]))
     mode, relay_url, qad_port, nbytes = argv[0], argv[1], int(argv[2]), int(argv[3])
     if mode == "accept":
