@@ -2,8 +2,10 @@
 
 A client opens a QUIC connection with ALPN `/iroh-qad/0` to the relay's QAD port; the relay reports the
 address it sees the client's packets come from in an OBSERVED_ADDRESS frame (the address-discovery
-extension of QUIC, draft-seemann-quic-address-discovery, as in n0's Quinn fork that iroh uses). Which side
-reports is negotiated with one transport parameter whose value is the sender's role.
+extension of QUIC, draft-seemann-quic-address-discovery, as in n0's QUIC stacks that iroh uses). Which side
+reports is negotiated with one transport parameter whose value is the sender's role. Its id moved between
+drafts: iroh 1.x (noq) sends 0x9f81a176, iroh 0.90 to 0.9x (iroh-quinn) sent 0x9f81a174, and each ignores
+the other's. We send both and read either (the newer one when a peer sends both).
 
     OBSERVED_ADDRESS frame: type varint (0x9f81a6 IPv4, 0x9f81a7 IPv6) | sequence number varint |
                             address (4 or 16 bytes) | port (u16, big-endian)
@@ -22,7 +24,8 @@ from .iroh.frames import read_varint, write_varint
 
 ALPN = "/iroh-qad/0"
 DEFAULT_PORT = 7842  # iroh's DEFAULT_RELAY_QUIC_PORT
-TRANSPORT_PARAMETER = 0x9F81A174
+TRANSPORT_PARAMETER = 0x9F81A176         # noq, iroh 1.x
+LEGACY_TRANSPORT_PARAMETER = 0x9F81A174  # iroh-quinn, iroh 0.90 to 0.9x
 OBSERVED_IPV4 = 0x9F81A6
 OBSERVED_IPV6 = 0x9F81A7
 FRAME_TYPES = (OBSERVED_IPV4, OBSERVED_IPV6)
@@ -55,13 +58,15 @@ class Observed:
 
 
 def encode_parameter(role: Role) -> bytes:
-    """The transport parameter as it is appended to the others: id, length, value (all varints)."""
+    """The transport parameter under both ids, as appended to the others: id, length, value (varints)."""
     value = write_varint(int(role))
-    return write_varint(TRANSPORT_PARAMETER) + write_varint(len(value)) + value
+    return b"".join(write_varint(ident) + write_varint(len(value)) + value
+                    for ident in (TRANSPORT_PARAMETER, LEGACY_TRANSPORT_PARAMETER))
 
 
 def find_role(parameters: bytes) -> Role | None:
     """The peer's role from its encoded transport parameters; None when it did not offer QAD."""
+    roles: dict[int, Role] = {}
     pos = 0
     try:
         while pos < len(parameters):
@@ -69,18 +74,18 @@ def find_role(parameters: bytes) -> Role | None:
             length, pos = read_varint(parameters, pos)
             if pos + length > len(parameters):
                 raise QadError("transport parameters truncated")
-            if ident == TRANSPORT_PARAMETER:
+            if ident in (TRANSPORT_PARAMETER, LEGACY_TRANSPORT_PARAMETER):
                 value, end = read_varint(parameters, pos)
                 if end != pos + length:
                     raise QadError("address discovery parameter has trailing bytes")
                 try:
-                    return Role(value)
+                    roles[ident] = Role(value)
                 except ValueError:
                     raise QadError(f"address discovery role {value} is not 0, 1 or 2") from None
             pos += length
     except WireError as exc:
         raise QadError(str(exc)) from None
-    return None
+    return roles.get(TRANSPORT_PARAMETER, roles.get(LEGACY_TRANSPORT_PARAMETER))
 
 
 def observed_body(seq: int, host: str, port: int) -> tuple[int, bytes]:

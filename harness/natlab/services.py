@@ -70,11 +70,16 @@ def _wait_tcp(ns: str, host: str, port: int, proc: subprocess.Popen, what: str, 
     raise LabError(f"{what} did not listen on {host}:{port}")
 
 
-def start_servers(lab: Lab, topo: Topology) -> Servers:
+def start_servers(lab: Lab, topo: Topology, *, tls: tuple[Path, Path] | None = None, qad: bool = True) -> Servers:
+    """`tls`: the relay's (certificate, key) files instead of a generated self-signed one; `qad`: serve
+    QUIC address discovery."""
     py, env, ns, host = sys.executable, python_env(), topo.inet, topo.server_v4
-    relay = lab.spawn(ns, [py, "-m", MODULES["relay"], "--host", "", "--https-port", str(RELAY_HTTPS),
-                           "--dev-tls", "--tls-dir", str(lab.workdir / "tls"), "--stun-port", str(STUN_PORT),
-                           "--stun-port2", str(STUN_PORT2), "--qad-port", str(QAD_PORT), "--admin-port", "0", "--stun-rate-per-source", "0"],
+    cert = ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])] if tls else \
+        ["--dev-tls", "--tls-dir", str(lab.workdir / "tls")]
+    relay = lab.spawn(ns, [py, "-m", MODULES["relay"], "--host", "", "--https-port", str(RELAY_HTTPS), *cert,
+                           "--stun-port", str(STUN_PORT), "--stun-port2", str(STUN_PORT2),
+                           "--qad-port", str(QAD_PORT if qad else 0), "--admin-port", "0",
+                           "--stun-rate-per-source", "0"],
                       log="relay.log", env=env)
     mailbox = lab.spawn(ns, [py, "-m", MODULES["mailbox"], "--host", "0.0.0.0", "--port", str(MAILBOX_PORT),
                              "--db", str(lab.workdir / "mailbox.sqlite"), "--admin-port", "0"],

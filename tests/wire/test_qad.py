@@ -39,9 +39,21 @@ def test_truncated_frames_are_refused(body):
 
 
 def test_transport_parameter_on_literal_bytes():
-    # 0x9f81a174 needs an 8-byte varint; length 1; the role
-    assert encode_parameter(Role.PROVIDES) == bytes.fromhex("c00000009f81a174" "01" "00")
-    assert encode_parameter(Role.BOTH) == bytes.fromhex("c00000009f81a174" "01" "02")
+    # under noq's id (iroh 1.x) and iroh-quinn's (iroh 0.9x): each an 8-byte varint; length 1; the role
+    assert encode_parameter(Role.PROVIDES) == bytes.fromhex("c00000009f81a176" "01" "00" "c00000009f81a174" "01" "00")
+    assert encode_parameter(Role.BOTH) == bytes.fromhex("c00000009f81a176" "01" "02" "c00000009f81a174" "01" "02")
+
+
+# iroh 1.2's QAD client (noq 1.4) in its ClientHello: min_ack_delay, source connection id, the role (receive
+# only), initial_max_streams_uni
+NOQ_CLIENT = bytes.fromhex("c0000000ff04de1b0243e8" "0f08ac0e069b059ae686" "c00000009f81a176" "01" "01" "09024064")
+
+
+def test_role_is_read_under_either_id():
+    assert find_role(NOQ_CLIENT) == Role.RECEIVES
+    assert find_role(bytes.fromhex("c00000009f81a174" "01" "01")) == Role.RECEIVES  # iroh 0.9x
+    # both sent: the current id wins
+    assert find_role(bytes.fromhex("c00000009f81a174" "01" "02" "c00000009f81a176" "01" "01")) == Role.RECEIVES
 
 
 def test_role_is_found_among_other_parameters():
@@ -55,6 +67,7 @@ def test_role_is_found_among_other_parameters():
 
 
 @pytest.mark.parametrize("raw", ["c00000009f81a174" "01" "03",       # no such role
+                                 "c00000009f81a176" "01" "03",
                                  "c00000009f81a174" "02" "0000",     # trailing byte
                                  "c00000009f81a174" "05" "00",       # longer than the parameters
                                  "0e"])                             # truncated id/length
