@@ -2,8 +2,8 @@
 
 in: a socket (the pipe's, duplicated, with a stall timeout), the pipe's record encoder or decoder (their
 nonce counters carry on), an open file, the byte count offered. out: send_file puts the file on the wire
-as records; receive_file writes the records' plaintext to the file and returns its SHA-256 and any bytes
-read past the last record.
+as records; receive_file writes the records' plaintext to the file and returns its SHA-256 (when asked
+for) and any bytes read past the last record.
 
 Why a thread with blocking calls rather than the event loop: per record the loop costs a wake-up, a
 hand-off to the crypto thread and back, and a copy into the transport's buffer (which asyncio then shifts
@@ -61,14 +61,15 @@ def send_file(sock: socket.socket, encoder: RecordEncoder, f, size: int, record_
 
 
 def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, prefix: bytes = b"",
-                 report: Report = _quiet, buffer_size: int = RECV_BUFFER) -> tuple[str, bytes]:
+                 report: Report = _quiet, buffer_size: int = RECV_BUFFER, sha256: bool = True) -> tuple[str, bytes]:
     """Receive records until `size` plaintext bytes are written to `f`; return (sha256 hex, bytes past them).
 
     `prefix` holds bytes already read from the connection. Records of any size up to the decoder's limit
     are accepted, however the reads cut them. This thread receives and opens; a second one hashes and
-    writes, buffer by buffer, so the receiver's work spreads over two cores.
+    writes, buffer by buffer, so the receiver's work spreads over two cores. With `sha256=False` nothing is
+    hashed and the digest returned is "".
     """
-    sink = _Sink(f)
+    sink = _Sink(f, sha256)
     sink.start()
     try:
         rest = _receive(sock, decoder, sink, size, prefix, report, buffer_size)
@@ -77,7 +78,7 @@ def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, pref
         sink.join()
     if sink.error is not None:
         raise sink.error
-    return sink.hasher.hexdigest(), rest
+    return (sink.hasher.hexdigest() if sink.hasher else ""), rest
 
 
 def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes, report: Report,
@@ -126,11 +127,11 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
 
 
 class _Sink(threading.Thread):
-    """Hashes and writes opened records; lends the receiving thread at most BUFFERS buffers at a time."""
+    """Hashes (if asked to) and writes opened records; lends the receiving thread at most BUFFERS buffers at a time."""
 
-    def __init__(self, f):
+    def __init__(self, f, sha256: bool):
         super().__init__(name="burrow-write", daemon=True)
-        self.hasher = hashlib.sha256()
+        self.hasher = hashlib.sha256() if sha256 else None
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None
         self._f = f
@@ -162,7 +163,8 @@ class _Sink(threading.Thread):
             try:
                 if self.error is None:
                     for plaintext in opened:
-                        self.hasher.update(plaintext)
+                        if self.hasher:
+                            self.hasher.update(plaintext)
                         _write_all(self._f, plaintext)
             except BaseException as e:  # noqa: BLE001 - handed to the receiving thread, which raises it
                 self.error = e
