@@ -88,6 +88,7 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
     start, end = 0, len(prefix)  # unconsumed bytes are view[start:end]
     opened: list[memoryview] = []  # plaintexts in `view` not yet handed to the sink
     done = reported = 0
+    frame = 0  # the longest record seen, with its length field
     while done < size:
         need = 4  # bytes view[start:] must hold before the next record can be opened
         while end - start >= 4:
@@ -101,6 +102,7 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
             if done > size:
                 raise TransitError("the sender sent more bytes than it offered")
             opened.append(plaintext)
+            frame = max(frame, need)
             start += need
             need = 4
             if done == size:
@@ -109,13 +111,18 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
             break
         if done - reported >= REPORT_EVERY:
             report(reported := done)
-        if len(view) - start < need:  # no room for the next record: hand this buffer over, go on in another
+        # No room for the next record: hand this buffer over and go on in another, moving the part of a record
+        # already read (nothing, as a rule: see `limit`).
+        if len(view) - start < need or (start == end and len(view) - start < frame):
             fresh = sink.buffer(max(buffer_size, 2 * need))
             fresh[:end - start] = view[start:end]
             sink.put(view, opened)
             view, opened, start, end = fresh, [], 0, end - start
+        # When another record as long as the longest seen would not fit after this one, read no further than
+        # this one's end, so that the next buffer starts at a record's start and nothing is copied.
+        limit = start + need if need > 4 and len(view) - start - need < frame else len(view)
         try:
-            k = sock.recv_into(view[end:])
+            k = sock.recv_into(view[end:limit])
         except OSError as e:
             raise TransitError(f"transit connection lost: {e}") from e
         if not k:
