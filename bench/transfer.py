@@ -12,7 +12,9 @@ processes that only seal, send, receive and open classic Transit records, no pro
 yardstick for what the cipher and the path allow. Prints a Markdown table with the burrow / magic-wormhole
 and burrow / cipher-only ratios.
 With --clients ...,floor each mode also runs the floor: the same stream, but the sender reads each record
-from the file and the receiver hashes it (SHA-256) and writes it, the least a correct transfer does.
+from the file and the receiver hashes it (SHA-256) and writes it, the least a transfer does whose sender
+checks the receiver's digest (wormhole-william's); floor-nohash is the same without the hash, the least a
+transfer between burrow peers does (a burrow sender needs no digest, so its receiver does not hash).
 
 Usage: python bench/transfer.py [--size-mib 1024] [--servers reference|burrow] [--congestion cubic|bbr]
 """
@@ -122,15 +124,16 @@ def run_case(client: str, relay_only: bool, servers, src: Path, work: Path, n: i
             "cpu_recv": cpu.get("recv", 0.0)}
 
 
-def run_cipher_only(relay_only: bool, servers, size: int, src: Path | None = None, work: Path | None = None
-                    ) -> dict:
+def run_cipher_only(relay_only: bool, servers, size: int, src: Path | None = None, work: Path | None = None,
+                    sha256: bool = True) -> dict:
     """The cipher-only stream on the same path (direct, or through the transit relay), with its CPU.
 
-    With `src` (and `work`), the floor: the sender reads `src`, the receiver hashes and writes a copy."""
+    With `src` (and `work`), the floor: the sender reads `src`, the receiver hashes (unless `sha256` is
+    false: floor-nohash) and writes a copy."""
     script = str(ROOT / "bench" / "cipher_only.py")
     where = ["--transit", servers.transit_helper] if relay_only else ["--listen"]
     floor_send = ["--file", str(src)] if src else []
-    floor_recv = ["--out", str(work / "floor-copy.bin")] if src else []
+    floor_recv = (["--out", str(work / "floor-copy.bin")] + ([] if sha256 else ["--no-hash"])) if src else []
     cpu: dict = {}
     recv = subprocess.Popen([sys.executable, script, "recv", *where, "--bytes", str(size), "--cipher", "secretbox",
                              *floor_recv], stdout=subprocess.PIPE, text=True)
@@ -151,7 +154,8 @@ def run_cipher_only(relay_only: bool, servers, size: int, src: Path | None = Non
     secs = float(seconds)
     if src:
         (work / "floor-copy.bin").unlink(missing_ok=True)
-    return {"client": "floor" if src else "cipher-only", "mode": "relay" if relay_only else "direct", "ok": int(got) >= size,
+    name = ("floor" if sha256 else "floor-nohash") if src else "cipher-only"
+    return {"client": name, "mode": "relay" if relay_only else "direct", "ok": int(got) >= size,
             "seconds": secs, "mbps": int(got) / secs / 1e6, "e2e": secs, "e2e_mbps": int(got) / secs / 1e6,
             "cpu_send": cpu.get("send", 0.0), "cpu_recv": cpu.get("recv", 0.0)}
 
@@ -161,8 +165,9 @@ def main() -> None:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
     ap.add_argument("--clients", default="burrow,wormhole,cipher-only",
-                    help="burrow, wormhole (magic-wormhole 0.24), the cipher-only yardstick, and floor (the "
-                         "cipher-only stream that also reads the file, hashes and writes the copy)")
+                    help="burrow, wormhole (magic-wormhole 0.24), the cipher-only yardstick, floor (the "
+                         "cipher-only stream that also reads the file, hashes and writes the copy) and "
+                         "floor-nohash (the same without the hash)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each case N times (interleaved) and keep the fastest: other load on a shared "
                          "machine only ever slows a run down")
@@ -187,8 +192,9 @@ def main() -> None:
                     for client in args.clients.split(","):
                         if client == "cipher-only":
                             rows.append(run_cipher_only(mode, servers, src.stat().st_size))
-                        elif client == "floor":
-                            rows.append(run_cipher_only(mode, servers, src.stat().st_size, src, work))
+                        elif client in ("floor", "floor-nohash"):
+                            rows.append(run_cipher_only(mode, servers, src.stat().st_size, src, work,
+                                                        sha256=client == "floor"))
                         else:
                             rows.append(run_case(client, mode, servers, src, work, n))
                         n += 1
@@ -226,7 +232,7 @@ def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0,
             print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x streaming, "
                   f"{b['e2e_mbps'] / w['e2e_mbps']:.2f}x end to end; "
                   f"CPU seconds burrow {cpu_b:.2f} vs magic-wormhole {cpu_w:.2f}")
-        for yardstick in ("cipher-only", "floor"):
+        for yardstick in ("cipher-only", "floor", "floor-nohash"):
             if "burrow" in by and yardstick in by and by[yardstick]["mbps"]:
                 b, c = by["burrow"], by[yardstick]
                 print(f"- {mode}: burrow / {yardstick} rate = {b['mbps'] / c['mbps']:.0%}; CPU seconds (both sides) "

@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accept without asking; never overwrites (default: off)")
     r.add_argument("--output-file", "-o", type=Path,
                    help="where to write the file or directory (default: its name, in this directory)")
+    r.add_argument("--sha256", action="store_true",
+                   help="compute and print the SHA-256 of a received file (of the zip, for a directory) even "
+                        "when the sender does not need it; burrow senders do not, other senders always get it "
+                        "(default: off)")
     sub.add_parser("relay-probe", help="check a DERP/iroh relay end to end (burrow relay-probe --help)",
                    add_help=False)
     sub.add_parser("netcheck", help="what the network allows: NAT kind, public address, port mapping "
@@ -217,7 +221,9 @@ async def cmd_send(args: argparse.Namespace) -> int:
     if path is not None and not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
         _say(f"burrow send: error: {path} is not readable")
         return EXIT_USAGE
-    w = _wormhole(args)
+    from burrow.client.apps.transfer_versions import CLASSIC_SENDER_APP_VERSIONS
+
+    w = _wormhole(args, app_versions=CLASSIC_SENDER_APP_VERSIONS)  # the receiver's SHA-256: only if it wants
     early = None
     if path is not None:  # load transit, listen and look up our NAT's address beside the code exchange
         warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
@@ -301,7 +307,8 @@ async def cmd_receive(args: argparse.Namespace) -> int:
             return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
-                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await take_transit(early))
+                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await take_transit(early),
+                              sha256=args.sha256)
         try:
             got: Received = await receive(w, opts)
         finally:
@@ -309,7 +316,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         if got.offer.kind == "text":
             print(text_of(got), flush=True)
         else:
-            _say(f"Received {got.offer.kind} written to {got.path} (sha256 {got.sha256})")
+            _say(f"Received {got.offer.kind} written to {got.path}" + (f" (sha256 {got.sha256})" if got.sha256 else ""))
         await w.close()
         return EXIT_OK
     except asyncio.CancelledError:  # Ctrl-C; the question may be asked in a Dilation task, not in this one

@@ -5,6 +5,8 @@
 * Never overwrites: an existing target is refused unless `confirm(..., exists=True)` says yes; the data
   lands in a temporary file next to the target and is linked into place only after the SHA-256 is known.
 * Checks free disk space (file size, or zip size + uncompressed size) before accepting.
+* Hashes what it writes (SHA-256, for the closing ack) unless the sender said it needs no digest
+  (transfer_versions.sender_needs_sha256) and `ReceiveOptions.sha256` does not ask for one anyway.
 * A zip that expands beyond the offered byte count is refused (zip bombs).
 """
 
@@ -55,13 +57,14 @@ class ReceiveOptions:
     on_offer: Callable[[Offer, Path], None] = field(default=lambda offer, dest: None)
     on_connected: Callable[[str], None] = field(default=lambda desc: None)
     transit: Transit | None = None  # an early_transit() (apps/transfer.py) to use instead of a new one
+    sha256: bool = False  # hash the data even when the sender said it needs no digest
 
 
 @dataclass(frozen=True)
 class Received:
     offer: Offer
     path: Path | None = None  # None for text
-    sha256: str = ""
+    sha256: str = ""  # of the bytes received (the zip, for a directory); "" when not computed
 
 
 def safe_name(name: str) -> str:
@@ -161,6 +164,7 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
 
 
 async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: ReceiveOptions) -> Received:
+    from burrow.client.apps.transfer_versions import sender_needs_sha256
     from burrow.client.transit.protocol import ack_record
 
     dest = opts.output if opts.output is not None else Path.cwd() / safe_name(offer.name)
@@ -190,7 +194,8 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
     tmp = Path(tmpname)
     try:
         with os.fdopen(fd, "wb", buffering=0) as f:
-            digest = await _stream_in(pipe, f, offer.size, opts.progress)
+            want = opts.sha256 or sender_needs_sha256(w.peer_versions)
+            digest = await _stream_in(pipe, f, offer.size, opts.progress, want)
         if offer.kind == "directory":
             await asyncio.to_thread(extract_zip, tmp, dest, offer.numbytes)
         elif exists:
@@ -204,10 +209,11 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
     return Received(offer, dest, digest)
 
 
-async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress) -> str:
-    """Receive, open, hash and write in one worker thread (client/transit/bulk.py); returns the SHA-256."""
+async def _stream_in(pipe: RecordPipe, f, size: int, progress: Progress, sha256: bool) -> str:
+    """Receive, open, hash (if `sha256`) and write in worker threads (client/transit/bulk.py); returns the
+    SHA-256, or "" when not computed."""
     progress(0, size)  # the first byte: the bar's rate is timed from here
-    return await pipe.receive_file(f, size, lambda done: progress(done, size))
+    return await pipe.receive_file(f, size, lambda done: progress(done, size), sha256)
 
 
 def text_of(received: Received) -> str:

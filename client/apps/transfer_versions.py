@@ -1,4 +1,5 @@
-"""What a transfer client says in its versions: Dilation offered, and Dilated File-Transfer's `transfer` block.
+"""What a transfer client says in its versions: Dilation offered, Dilated File-Transfer's `transfer` block, and
+whether a classic sender needs the receiver's SHA-256.
 
 Importing it loads neither Dilation nor the transfer code, so `burrow receive` offers both, and learns
 whether the sender uses them, before it loads either.
@@ -22,6 +23,19 @@ def peer_transfer(peer_versions: dict | None) -> dict | None:
 def is_dilated_sender(peer_versions: dict | None) -> bool:
     t = peer_transfer(peer_versions)
     return t is not None and t.get("mode") in ("send", "connect")
+
+
+# A classic (file-transfer v1) sender that checks nothing in the receiver's ack says so in its app_versions;
+# magic-wormhole and wormhole-william ignore keys they do not know. Its records are authenticated in order
+# (secretbox, sequential nonces) and the byte count is checked, so the digest adds no integrity between
+# burrow peers: a receiver then skips hashing every byte. Any other sender gets the digest, as always.
+CLASSIC_SENDER_APP_VERSIONS = {"burrow": {"ack-sha256": "optional"}}
+
+
+def sender_needs_sha256(peer_versions: dict | None) -> bool:
+    """False only when the sender said its classic ack needs no SHA-256 (CLASSIC_SENDER_APP_VERSIONS)."""
+    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
+    return not (isinstance(b, dict) and b.get("ack-sha256") == "optional")
 
 
 RECEIVER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("receive", "ask")}

@@ -2,8 +2,8 @@
 
 in: a socket (the pipe's, duplicated, with a stall timeout), the pipe's record encoder or decoder (their
 nonce counters carry on), an open file, the byte count offered. out: send_file puts the file on the wire
-as records; receive_file writes the records' plaintext to the file and returns its SHA-256 and any bytes
-read past the last record.
+as records; receive_file writes the records' plaintext to the file and returns its SHA-256 (when asked
+for) and any bytes read past the last record.
 
 Why a thread with blocking calls rather than the event loop: per record the loop costs a wake-up, a
 hand-off to the crypto thread and back, and a copy into the transport's buffer (which asyncio then shifts
@@ -61,14 +61,15 @@ def send_file(sock: socket.socket, encoder: RecordEncoder, f, size: int, record_
 
 
 def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, prefix: bytes = b"",
-                 report: Report = _quiet, buffer_size: int = RECV_BUFFER) -> tuple[str, bytes]:
+                 report: Report = _quiet, buffer_size: int = RECV_BUFFER, sha256: bool = True) -> tuple[str, bytes]:
     """Receive records until `size` plaintext bytes are written to `f`; return (sha256 hex, bytes past them).
 
     `prefix` holds bytes already read from the connection. Records of any size up to the decoder's limit
     are accepted, however the reads cut them. This thread receives and opens; a second one hashes and
-    writes, buffer by buffer, so the receiver's work spreads over two cores.
+    writes, buffer by buffer, so the receiver's work spreads over two cores. With `sha256=False` nothing is
+    hashed and the digest returned is "".
     """
-    sink = _Sink(f)
+    sink = _Sink(f, sha256)
     sink.start()
     try:
         rest = _receive(sock, decoder, sink, size, prefix, report, buffer_size)
@@ -77,7 +78,7 @@ def receive_file(sock: socket.socket, decoder: RecordDecoder, f, size: int, pref
         sink.join()
     if sink.error is not None:
         raise sink.error
-    return sink.hasher.hexdigest(), rest
+    return (sink.hasher.hexdigest() if sink.hasher else ""), rest
 
 
 def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes, report: Report,
@@ -87,6 +88,7 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
     start, end = 0, len(prefix)  # unconsumed bytes are view[start:end]
     opened: list[memoryview] = []  # plaintexts in `view` not yet handed to the sink
     done = reported = 0
+    frame = 0  # the longest record seen, with its length field
     while done < size:
         need = 4  # bytes view[start:] must hold before the next record can be opened
         while end - start >= 4:
@@ -100,6 +102,7 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
             if done > size:
                 raise TransitError("the sender sent more bytes than it offered")
             opened.append(plaintext)
+            frame = max(frame, need)
             start += need
             need = 4
             if done == size:
@@ -108,13 +111,18 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
             break
         if done - reported >= REPORT_EVERY:
             report(reported := done)
-        if len(view) - start < need:  # no room for the next record: hand this buffer over, go on in another
+        # No room for the next record: hand this buffer over and go on in another, moving the part of a record
+        # already read (nothing, as a rule: see `limit`).
+        if len(view) - start < need or (start == end and len(view) - start < frame):
             fresh = sink.buffer(max(buffer_size, 2 * need))
             fresh[:end - start] = view[start:end]
             sink.put(view, opened)
             view, opened, start, end = fresh, [], 0, end - start
+        # When another record as long as the longest seen would not fit after this one, read no further than
+        # this one's end, so that the next buffer starts at a record's start and nothing is copied.
+        limit = start + need if need > 4 and len(view) - start - need < frame else len(view)
         try:
-            k = sock.recv_into(view[end:])
+            k = sock.recv_into(view[end:limit])
         except OSError as e:
             raise TransitError(f"transit connection lost: {e}") from e
         if not k:
@@ -126,11 +134,11 @@ def _receive(sock, decoder: RecordDecoder, sink: _Sink, size: int, prefix: bytes
 
 
 class _Sink(threading.Thread):
-    """Hashes and writes opened records; lends the receiving thread at most BUFFERS buffers at a time."""
+    """Hashes (if asked to) and writes opened records; lends the receiving thread at most BUFFERS buffers at a time."""
 
-    def __init__(self, f):
+    def __init__(self, f, sha256: bool):
         super().__init__(name="burrow-write", daemon=True)
-        self.hasher = hashlib.sha256()
+        self.hasher = hashlib.sha256() if sha256 else None
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None
         self._f = f
@@ -162,7 +170,8 @@ class _Sink(threading.Thread):
             try:
                 if self.error is None:
                     for plaintext in opened:
-                        self.hasher.update(plaintext)
+                        if self.hasher:
+                            self.hasher.update(plaintext)
                         _write_all(self._f, plaintext)
             except BaseException as e:  # noqa: BLE001 - handed to the receiving thread, which raises it
                 self.error = e

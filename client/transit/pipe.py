@@ -210,15 +210,17 @@ class RecordPipe:
         await self._in_thread(lambda sock, report: bulk.send_file(sock, self._enc, f, size, record_size, report),
                               progress)
 
-    async def receive_file(self, f, size: int, progress: Callable[[int], None]) -> str:
-        """Write the next `size` plaintext bytes to the open file `f`; return their SHA-256 (hex)."""
+    async def receive_file(self, f, size: int, progress: Callable[[int], None], sha256: bool = True) -> str:
+        """Write the next `size` plaintext bytes to the open file `f`; return their SHA-256 (hex; "" when
+        `sha256` is false: not computed)."""
         if self._proto._error is not None:
             raise self._proto._error
         self._transport.pause_reading()
         prefix = self._proto.take_buffered()
         try:
             digest, rest = await self._in_thread(
-                lambda sock, report: bulk.receive_file(sock, self._dec, f, size, prefix, report), progress)
+                lambda sock, report: bulk.receive_file(sock, self._dec, f, size, prefix, report, sha256=sha256),
+                progress)
         finally:
             with contextlib.suppress(Exception):
                 self._transport.resume_reading()

@@ -326,4 +326,5 @@ class RecordDecoder:
 
 
 def ack_record(sha256_hex: str) -> bytes:
-    return json.dumps({"ack": "ok", "sha256": sha256_hex}).encode("utf-8")
+    """The receiver's closing record; without a digest ("": the sender said it needs none) just the "ok"."""
+    return json.dumps({"ack": "ok", "sha256": sha256_hex} if sha256_hex else {"ack": "ok"}).encode("utf-8")

@@ -5,6 +5,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,21 +94,52 @@ def test_cli_text_roundtrip_and_wrong_code(wormhole_servers, tmp_path):
     assert r.returncode == 3 and s.returncode == 3
 
 
-def test_cli_file_send_reports_the_sha256_the_receiver_wrote(wormhole_servers, tmp_path):
-    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
-              "--hide-progress"]
+def _burrow_file_transfer(servers, tmp_path, code: str, *receive_flags: str) -> tuple[str, str, str]:
+    """burrow send -> burrow receive of a 300 kB file; returns (its SHA-256, sender's and receiver's stderr)."""
+    common = ["--relay-url", servers.relay_url, "--transit-helper", servers.transit_helper, "--hide-progress"]
     src = tmp_path / "payload.bin"
     src.write_bytes(os.urandom(300_000))
-    s = _burrow("send", *common, str(src), "--code", "4323-purple-sausages")
-    r = _burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got.bin"), "4323-purple-sausages",
-                cwd=tmp_path)
+    got = tmp_path / f"got-{code}.bin"
+    s = _burrow("send", *common, str(src), "--code", code)
+    r = _burrow("receive", *common, "--accept-file", *receive_flags, "-o", str(got), code, cwd=tmp_path)
     rout, rerr = r.communicate(timeout=60)
     sout, serr = s.communicate(timeout=60)
     assert r.returncode == 0 and s.returncode == 0, (rerr, serr)
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()
-    assert (tmp_path / "got.bin").read_bytes() == src.read_bytes()
+    assert got.read_bytes() == src.read_bytes()
+    return hashlib.sha256(src.read_bytes()).hexdigest(), serr, rerr
+
+
+def test_cli_burrow_to_burrow_receive_does_not_hash(wormhole_servers, tmp_path):
+    """A burrow sender says it needs no SHA-256: the receiver computes none, so neither side prints one (the
+    ack carries none for the sender to print)."""
+    digest, serr, rerr = _burrow_file_transfer(wormhole_servers, tmp_path, "4323-purple-sausages")
+    assert "Transfer complete (" in serr and "SHA-256" not in serr and "sha256" not in rerr
+    assert f"written to {tmp_path / 'got-4323-purple-sausages.bin'}\n" in rerr
+
+
+def test_cli_receive_sha256_flag_hashes_and_the_sender_reports_it(wormhole_servers, tmp_path):
+    digest, serr, rerr = _burrow_file_transfer(wormhole_servers, tmp_path, "4324-purple-sausages", "--sha256")
     assert f"the receiver wrote SHA-256 {digest}" in serr
-    assert f"sha256 {digest}" in rerr
+    assert f"(sha256 {digest})" in rerr
+
+
+def test_cli_magic_wormhole_sender_still_gets_the_sha256(wormhole_servers, tmp_path):
+    """magic-wormhole 0.24 says nothing about the digest: burrow hashes and acknowledges with it, as always."""
+    src = tmp_path / "payload.bin"
+    src.write_bytes(os.urandom(300_000))
+    got = tmp_path / "got.bin"
+    code = "4325-purple-sausages"
+    s = subprocess.Popen([str(Path(sys.executable).parent / "wormhole"), "--relay-url", wormhole_servers.relay_url,
+                          "--transit-helper", wormhole_servers.transit_helper, "send", "--hide-progress",
+                          "--code", code, str(src)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r = _burrow("receive", "--relay-url", wormhole_servers.relay_url, "--transit-helper",
+                wormhole_servers.transit_helper, "--hide-progress", "--accept-file", "-o", str(got), code,
+                cwd=tmp_path)
+    rout, rerr = r.communicate(timeout=60)
+    sout, _ = s.communicate(timeout=60)
+    assert r.returncode == 0 and s.returncode == 0, (rerr, sout)
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert got.read_bytes() == src.read_bytes() and f"(sha256 {digest})" in rerr
 
 
 def test_cli_usage_errors(tmp_path):

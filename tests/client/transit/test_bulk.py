@@ -220,3 +220,25 @@ async def test_receiver_gone_mid_file_is_a_transit_error(tmp_path):
     with open(src, "rb") as fs, pytest.raises(TransitError, match="transit connection lost"):
         await ps.send_file(fs, 64 * 1024 * 1024, 256 * 1024, lambda n: None)
     await ps.close()
+
+
+def test_receive_without_sha256_writes_the_same_bytes_and_no_digest():
+    """Records of changing sizes (the longest first, then shorter, then longer again) across small buffers:
+    the reads that stop at a buffer's last record must not lose or reorder a byte."""
+    enc, sizes = RecordEncoder(KEY), [50_000, 1000, 7, 30_000, 90_000, 3, 60_000] * 5
+    data = os.urandom(sum(sizes))
+    wire, at = b"", 0
+    for n in sizes:
+        wire += bytes(enc.encode(data[at:at + n]))
+        at += n
+    a, b = socket.socketpair()
+    b.settimeout(10)
+    writer = threading.Thread(target=lambda: (a.sendall(wire), a.close()))
+    writer.start()
+    out = io.BytesIO()
+    try:
+        digest, rest = bulk.receive_file(b, RecordDecoder(KEY), out, len(data), buffer_size=100_000, sha256=False)
+    finally:
+        b.close()
+        writer.join()
+    assert out.getvalue() == data and digest == "" and rest == b""
