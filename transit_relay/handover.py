@@ -66,6 +66,7 @@ class Handover:
     # -- receiving ------------------------------------------------------------------------
     def start(self, address: str) -> None:
         self.path = socket_path(self.directory, address)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()  # left by a replica of this address that did not stop cleanly
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -97,6 +98,7 @@ class Handover:
             sock.setblocking(False)
             self._reading[sock] = self.server.loop.call_later(LINE_TIMEOUT, self._drop, sock)
             self.server.loop.add_reader(sock.fileno(), self._readable, sock)
+            self._readable(sock)  # the sender writes right after connecting: usually here already
 
     def _drop(self, sock: socket.socket) -> None:
         timer = self._reading.pop(sock, None)
