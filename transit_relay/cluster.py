@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 from burrow.common.listen import tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
 from burrow.common.resp import LeanClient, ReplyError, lean_capable
-from burrow.transit_relay.handover import HandedEndpoint, Handover
+from burrow.transit_relay.handover import LEFT, HandedEndpoint, Handover
 from burrow.transit_relay.hop_pool import (
     HopPool,
     PeerLine,
@@ -318,6 +318,10 @@ class Cluster:
     async def _handed_out(self, conn: Conn, holder: str, reply: bytes) -> bool:
         """The holder's answer to a handover (b"": none came after the socket went); False: claim again."""
         server = self.server
+        if reply is LEFT:  # our side left before the handover: the holder's side still waits, claimed again
+            self.hops_out["abandoned"] += 1
+            await self._restore(conn.handshake.token, holder)
+            return True
         if reply == OK or not reply:  # the holder has the client now (or may have it): let go, say nothing
             self.hops_out["handed_over" if reply else "lost"] += 1
             Handover.release(conn.handle)

@@ -35,6 +35,7 @@ CONNECT_TIMEOUT = 1.0  # seconds to reach the holder's Unix socket
 REPLY_TIMEOUT = 5.0    # seconds for its answer
 LINE_TIMEOUT = 5.0     # seconds an accepted handover may take to send its line and descriptor
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
+LEFT = b"left\n"  # what `send` returns when its side left before anything was sent (never on the wire)
 
 
 def socket_path(directory: str, address: str) -> Path:
@@ -142,8 +143,9 @@ class Handover:
 
     # -- sending --------------------------------------------------------------------------
     async def send(self, conn: Conn, holder: str, line: bytes) -> bytes | None:
-        """Hand `conn`'s client to `holder`: its answer (b"" if none came once the socket was sent), or
-        None when nothing was sent (no socket of `holder` here, or not a TCP side): hop instead."""
+        """Hand `conn`'s client to `holder`: its answer (b"" if none came once the socket was sent; LEFT if
+        `conn` left first), or None when nothing was sent (no socket of `holder` here, or not a TCP side):
+        hop instead."""
         endpoint = conn.handle
         if type(endpoint) is not TcpEndpoint or endpoint.closed:
             return None
@@ -160,7 +162,7 @@ class Handover:
             except (TimeoutError, OSError):
                 return None
             if conn.phase is not Phase.PENDING or endpoint.closed:
-                return NO_PARTNER  # left meanwhile: the caller's next claim finds it gone
+                return LEFT
             loop.remove_reader(endpoint.fd)  # from here on the client's bytes are the holder's
             try:
                 sock.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [endpoint.fd]))])
