@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from burrow.common.redis import key
 from burrow.transit_relay.handover import socket_path
-from tests.transit_relay.conftest import hs, wait_for
+from tests.transit_relay.conftest import hs, read_events, wait_for
 from tests.transit_relay.test_cluster import TIMEOUT, sessions, tcp_side, token
 
 
@@ -135,3 +135,40 @@ async def test_a_holder_that_takes_the_socket_and_never_answers_ends_the_side_he
     assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
     b_w.close()
     mute.close()
+
+
+async def test_a_tcp_side_handed_to_a_websocket_partner_pairs_as_a_mixed_pair(cluster, tmp_path):
+    r0, r1 = await cluster(2, handover_dir=str(tmp_path))
+    async with ws_connect(f"ws://127.0.0.1:{r0.websocket_port}") as ws:
+        await ws.send(hs(b"a", token(14)))
+        await wait_for(lambda: token(14) in r0.cluster.claimed)
+        b_r, b_w = await tcp_side(r1, hs(b"b", token(14)))
+        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"ok\n"
+        assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+        await ws.send(b"from the websocket side")
+        assert await asyncio.wait_for(b_r.readexactly(23), TIMEOUT) == b"from the websocket side"
+        b_w.write(b"from the tcp side")
+        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"from the tcp side"
+        assert len(r0.streams) == 1 and not r1.relay.pairs and hops(r1, "out", "handed_over") == 1
+    assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""  # the WebSocket side ended: B is told
+    b_w.close()
+    await wait_for(lambda: sessions(r0))
+    assert [(e["mood"], e["transport"]) for e in sessions(r0)] == [("happy", "mixed")]
+
+
+async def test_a_draining_holder_still_takes_a_handed_over_partner(cluster, tmp_path):
+    r0, r1 = await cluster(2, handover_dir=str(tmp_path), drain_timeout=10.0)
+    a_r, a_w = await tcp_side(r0, hs(b"a", token(15)))
+    await wait_claimed(r0, 15)
+    stopping = asyncio.create_task(r0.stop())
+    await wait_for(lambda: r0.registry.get_sample_value("burrow_transit_draining") == 1)
+    b_r, b_w = await tcp_side(r1, hs(b"b", token(15)))
+    assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
+    assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
+    b_w.write(b"while draining")
+    assert await asyncio.wait_for(a_r.readexactly(14), TIMEOUT) == b"while draining"
+    assert hops(r1, "out", "handed_over") == 1 and not stopping.done()
+    for w in (a_w, b_w):
+        w.close()
+    await asyncio.wait_for(stopping, TIMEOUT)  # the pair ended: the drain is done before its deadline
+    assert [e["ended"] for e in read_events(r0.config.event_log, "drain")] == ["done"]
