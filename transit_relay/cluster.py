@@ -38,7 +38,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from burrow.common.listen import tcp_listener
+from burrow.common.listen import accept_ready, tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
 from burrow.common.resp import LeanClient, ReplyError, lean_capable
 from burrow.transit_relay.handover import LEFT, HandedEndpoint, Handover
@@ -361,15 +361,7 @@ class Cluster:
 
     # -- incoming hops ----------------------------------------------------------------------------
     def _accept(self) -> None:
-        for _ in range(64):
-            try:
-                sock, _addr = self._lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                log.warning("peer accept failed: %s", exc)
-                return
-            sock.setblocking(False)
+        for sock, _ in accept_ready(self._lsock, "peer"):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._first_line, self._lines)
 

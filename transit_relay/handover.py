@@ -25,6 +25,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from burrow.common.listen import accept_ready
 from burrow.transit_relay.hop_pool import read_line
 from burrow.transit_relay.interfaces import RelayHost
 from burrow.transit_relay.protocol import NO_PARTNER, Conn, Phase
@@ -88,15 +89,7 @@ class Handover:
             self._drop(sock)
 
     def _accept(self) -> None:
-        for _ in range(64):
-            try:
-                sock, _ = self._lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                log.warning("handover accept failed: %s", exc)
-                return
-            sock.setblocking(False)
+        for sock, _ in accept_ready(self._lsock, "handover"):
             self._reading[sock] = self.server.loop.call_later(LINE_TIMEOUT, self._drop, sock)
             self.server.loop.add_reader(sock.fileno(), self._readable, sock)
             self._readable(sock)  # the sender writes right after connecting: usually here already

@@ -17,7 +17,7 @@ from websockets.asyncio.client import connect as ws_connect
 from burrow.common.redis import key
 from burrow.transit_relay.handover import socket_path
 from tests.transit_relay.conftest import hs, read_events, wait_for
-from tests.transit_relay.test_cluster import TIMEOUT, sessions, tcp_side, token
+from tests.transit_relay.test_cluster import TIMEOUT, both_ways, sessions, tcp_side, token, websocket_and_tcp
 
 
 def hops(server, direction: str, result: str) -> float:
@@ -40,17 +40,7 @@ async def test_a_tcp_side_is_handed_to_the_replica_where_its_partner_waits(clust
         # both clients are relayed by r0 alone, as if both had connected to it
         assert len(r0.forwarders) == 1 and not r1.forwarders and not r1.relay.pairs
         assert not next(iter(r0.relay.pairs)).hop and r1.relay.caps.total == 0
-        up, down = os.urandom(300_000 + n), os.urandom(200_000 + n)
-        a_w.write(up)
-        b_w.write(down)
-        a_w.write_eof()
-        assert await asyncio.wait_for(b_r.readexactly(len(up)), TIMEOUT) == up
-        assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
-        b_w.write_eof()
-        assert await asyncio.wait_for(a_r.readexactly(len(down)), TIMEOUT) == down
-        assert await asyncio.wait_for(a_r.read(), TIMEOUT) == b""
-        a_w.close()
-        b_w.close()
+        await both_ways(a_r, a_w, b_r, b_w, n)
     await wait_for(lambda: len(sessions(r0)) == 5)
     assert [e["mood"] for e in sessions(r0)] == ["happy"] * 5 and sessions(r1) == []
     assert hops(r1, "out", "handed_over") == 5 and hops(r1, "out", "paired") == 0
@@ -143,12 +133,7 @@ async def test_a_tcp_side_handed_to_a_websocket_partner_pairs_as_a_mixed_pair(cl
         await ws.send(hs(b"a", token(14)))
         await wait_for(lambda: token(14) in r0.cluster.claimed)
         b_r, b_w = await tcp_side(r1, hs(b"b", token(14)))
-        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"ok\n"
-        assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
-        await ws.send(b"from the websocket side")
-        assert await asyncio.wait_for(b_r.readexactly(23), TIMEOUT) == b"from the websocket side"
-        b_w.write(b"from the tcp side")
-        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"from the tcp side"
+        await websocket_and_tcp(ws, b_r, b_w)
         assert len(r0.streams) == 1 and not r1.relay.pairs and hops(r1, "out", "handed_over") == 1
     assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""  # the WebSocket side ended: B is told
     b_w.close()
