@@ -35,6 +35,7 @@ log = logging.getLogger("burrow.transit.handover")
 CONNECT_TIMEOUT = 1.0  # seconds to reach the holder's Unix socket
 REPLY_TIMEOUT = 5.0    # seconds for its answer
 LINE_TIMEOUT = 5.0     # seconds an accepted handover may take to send its line and descriptor
+MAX_READING = 1024     # accepted handovers whose line has not come yet (a replica sends it with its connect)
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 LEFT = b"left\n"  # what `send` returns when its side left before anything was sent (never on the wire)
 
@@ -90,6 +91,9 @@ class Handover:
 
     def _accept(self) -> None:
         for sock, _ in accept_ready(self._lsock, "handover"):
+            if len(self._reading) >= MAX_READING:  # only connections that send nothing pile up here
+                sock.close()
+                continue
             self._reading[sock] = self.server.loop.call_later(LINE_TIMEOUT, self._drop, sock)
             self.server.loop.add_reader(sock.fileno(), self._readable, sock)
             self._readable(sock)  # the sender writes right after connecting: usually here already

@@ -15,6 +15,7 @@ import socket
 from websockets.asyncio.client import connect as ws_connect
 
 from burrow.common.redis import key
+from burrow.transit_relay import handover
 from burrow.transit_relay.handover import socket_path
 from tests.transit_relay.conftest import hs, read_events, wait_for
 from tests.transit_relay.test_cluster import TIMEOUT, both_ways, sessions, tcp_side, token, websocket_and_tcp
@@ -157,3 +158,21 @@ async def test_a_draining_holder_still_takes_a_handed_over_partner(cluster, tmp_
         w.close()
     await asyncio.wait_for(stopping, TIMEOUT)  # the pair ended: the drain is done before its deadline
     assert [e["ended"] for e in read_events(r0.config.event_log, "drain")] == ["done"]
+
+
+async def test_connections_that_send_nothing_are_capped(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(handover, "MAX_READING", 3)
+    r0 = (await cluster(1, handover_dir=str(tmp_path)))[0]
+    loop = asyncio.get_running_loop()
+    path = str(socket_path(str(tmp_path), r0.cluster.address))
+    silent = []
+    for _ in range(4):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        await loop.sock_connect(s, path)
+        silent.append(s)
+    await wait_for(lambda: len(r0.cluster.handover._reading) == 3)
+    assert await asyncio.wait_for(loop.sock_recv(silent[3], 64), TIMEOUT) == b""  # the fourth: closed at once
+    assert len(r0.cluster.handover._reading) == 3
+    for s in silent:
+        s.close()
