@@ -422,14 +422,15 @@ class Cluster:
             self.hops_in["refused"] += 1
             client.close()
             return refusal_line(conn)
-        conn.handle = HandedEndpoint(server, client, conn)
+        conn.handle = endpoint = HandedEndpoint(server, client, conn)
         actions = server.relay.hop_in(conn, handshake, now)
         paired = conn.phase is Phase.PAIRED
-        self.hops_in["handed_over" if paired else "no_partner"] += 1
         if paired:
             self.claimed.discard(handshake.token)
-        server.dispatch(actions)
-        return OK if paired else NO_PARTNER
+        server.dispatch(actions)  # unpaired: the endpoint keeps the reply (a limit's refusal, no partner)
+        answer = OK if paired else endpoint.reply or NO_PARTNER
+        self.hops_in["handed_over" if paired else "refused" if answer.startswith(b"error: ") else "no_partner"] += 1
+        return answer
 
 
 async def _resolve(loop: asyncio.AbstractEventLoop, holder: str) -> tuple[int, tuple]:

@@ -47,10 +47,17 @@ def socket_path(directory: str, address: str) -> Path:
 
 class HandedEndpoint(TcpEndpoint):
     """A client handed over by another replica: until it pairs here, that replica still answers for it,
-    so closing it unpaired sends nothing (this process only drops its copy of the socket)."""
+    so closing it unpaired sends nothing (this process only drops its copy of the socket); the reply it
+    would have had (a refusal, `no partner`) goes to that replica instead."""
+
+    reply: bytes | None = None
 
     def close(self, reply: bytes | None = None) -> None:
-        super().close(reply if (self.forwarder or self.stream) else None)
+        if self.forwarder or self.stream:
+            super().close(reply)
+        else:
+            self.reply = self.reply or reply
+            super().close(None)
 
 
 class Handover:

@@ -176,3 +176,20 @@ async def test_connections_that_send_nothing_are_capped(cluster, tmp_path, monke
     assert len(r0.cluster.handover._reading) == 3
     for s in silent:
         s.close()
+
+
+async def test_a_holder_at_its_pair_limit_refuses_the_handed_client(cluster, tmp_path, redis):
+    """As for a hop: the client is closed by its own replica, and the holder's side keeps waiting, claimed."""
+    r0, r1 = await cluster(2, handover_dir=str(tmp_path), max_pairs=1)
+    x = [await tcp_side(r0, hs(side, token(20))) for side in (b"a", b"b")]  # r0's one pair
+    for r, _ in x:
+        assert await asyncio.wait_for(r.readexactly(3), TIMEOUT) == b"ok\n"
+    a_r, a_w = await tcp_side(r0, hs(b"a", token(21)))
+    await wait_claimed(r0, 21)
+    b_r, b_w = await tcp_side(r1, hs(b"b", token(21)))
+    assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""  # closed, never told `ok`
+    assert hops(r1, "out", "refused") == 1 and hops(r0, "in", "refused") == 1
+    assert redis.cli("GET", key("transit", token(21).decode(), "waiting")) == r0.cluster.address
+    assert token(21) in r0.relay.by_token and not r1.relay.pending
+    for _, w in (*x, (a_r, a_w), (b_r, b_w)):
+        w.close()
