@@ -8,7 +8,8 @@ costs without any pairing; the yardstick for throughput and CPU per GB), two clu
 (`burrow-haproxy`: three replicas with --proxy-protocol behind the Helm chart's token-hashing HAProxy
 front end, CPU summed over the replicas and HAProxy; `burrow-redis`: two --redis-url replicas on one
 redis-server, every pair's sides on different replicas so each pair is joined by a hop, CPU summed over
-both replicas and Redis) and a direct socket-to-socket
+both replicas and Redis; `burrow-redis-local`: the same with a shared --handover-dir, so the second
+side's socket is handed to the first side's replica) and a direct socket-to-socket
 stream are measured in the same run, interleaved round by round so background load hits all alike
 (medians are reported):
   - throughput for 1 and 8 concurrent pairs, a bounded number of bytes per case, one direction;
@@ -120,13 +121,16 @@ class Front:
 
 
 class CrossReplicas:
-    """`burrow-redis`: two replicas on one Redis; side a always reaches the first, side b the second."""
+    """`burrow-redis`: two replicas on one Redis; side a always reaches the first, side b the second.
+    `handover`: they share a --handover-dir (burrow-redis-local), so side b's socket is passed to the first."""
 
-    def __init__(self, *extra: str) -> None:
+    def __init__(self, *extra: str, handover: bool = False) -> None:
         self.workdir = tempfile.TemporaryDirectory()
         work = Path(self.workdir.name)
         self.redis = RedisServer(work / "redis", appendfsync="no")
         (work / "secret").write_text(os.urandom(32).hex())
+        if handover:
+            extra = (*extra, "--handover-dir", str(work))
         self.replicas = []
         for _ in range(2):
             peer = free_port()
@@ -162,8 +166,9 @@ def start_server(kind: str, *extra: str) -> tuple[subprocess.Popen, int]:
     if kind == "burrow-haproxy":
         front = Front()
         return front, front.port
-    if kind in ("burrow-redis", "burrow-redis-dial"):  # -dial: no warm hop connections, one dial per hop
-        cross = CrossReplicas(*(("--peer-pool-size", "0") if kind == "burrow-redis-dial" else ()))
+    if kind.startswith("burrow-redis"):  # -dial: no warm hop connections, one dial per hop
+        cross = CrossReplicas(*(("--peer-pool-size", "0") if kind == "burrow-redis-dial" else ()),
+                              handover=kind == "burrow-redis-local")
         return cross, cross.port
     port = free_port()
     if kind == "haproxy":
@@ -405,7 +410,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     ap.add_argument("--no-copy-row", action="store_true", help="skip burrow without splice")
     ap.add_argument("--no-cluster-rows", action="store_true",
-                    help="skip burrow-haproxy and burrow-redis (several replicas)")
+                    help="skip burrow-haproxy, burrow-redis and burrow-redis-local (several replicas)")
     ap.add_argument("--only", default="", help="comma-separated subset of targets, for quick experiments "
                     "(also burrow-redis-dial: burrow-redis with --peer-pool-size 0)")
     ap.add_argument("--path", choices=["loopback", "veth"], default="loopback",
@@ -431,12 +436,14 @@ def report(args) -> None:
     with tempfile.NamedTemporaryFile(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as f:
         f.write(os.urandom(1 << 20) * (FILE_SIZE >> 20))
         f.flush()
-        kinds = ["direct", "burrow", "burrow-copy", "haproxy", "burrow-haproxy", "burrow-redis", "reference"]
+        kinds = ["direct", "burrow", "burrow-copy", "haproxy", "burrow-haproxy", "burrow-redis", "burrow-redis-local",
+                 "reference"]
         if args.no_copy_row:
             kinds.remove("burrow-copy")
         if args.no_cluster_rows:
             kinds.remove("burrow-haproxy")
             kinds.remove("burrow-redis")
+            kinds.remove("burrow-redis-local")
         if args.only:
             kinds = [k for k in [*kinds, "burrow-redis-dial"] if k in args.only.split(",")]
             print(run_all(kinds, f.fileno(), args.bytes, counts, args.rounds, args.pairings))
@@ -464,7 +471,7 @@ def report(args) -> None:
         print(f"| machine CPU-s per GB, {n} pair{'s' if n > 1 else ''} | " + " | ".join(row)
               + f" | {ours[n]['machine_per_gb'] / ref[n]['machine_per_gb']:.2f} "
               f"| {ours[n]['machine_per_gb'] / direct[n]['machine_per_gb']:.2f}x |")
-    for cluster in ("burrow-haproxy", "burrow-redis"):
+    for cluster in ("burrow-haproxy", "burrow-redis", "burrow-redis-local"):
         if cluster in results:
             print(f"| {cluster} / burrow, throughput | " + " | ".join(
                 f"{n} pair{'s' if n > 1 else ''}: {results[cluster][n]['gbps'] / ours[n]['gbps']:.2f}"

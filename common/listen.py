@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+from collections.abc import Iterator
 
 log = logging.getLogger("burrow.listen")
 BACKLOG = 1024  # connections the kernel queues before the server accepts them
@@ -47,6 +48,22 @@ def _listen(family: int, address: tuple, backlog: int, dual_stack: bool = False)
         where = f"[{address[0]}]:{address[1]}" if family == socket.AF_INET6 else f"{address[0]}:{address[1]}"
         raise OSError(exc.errno, f"cannot listen on {where}: {(exc.strerror or str(exc)).lower()}") from exc
     return sock
+
+
+def accept_ready(lsock: socket.socket, what: str, burst: int = 64) -> Iterator[tuple[socket.socket, object]]:
+    """The connections the kernel has completed on the non-blocking `lsock`, made non-blocking; at most
+    `burst` per call, so other work gets its turn. An accept error (EMFILE and friends) is logged and ends
+    the burst: the next wake-up tries again."""
+    for _ in range(burst):
+        try:
+            sock, addr = lsock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            log.warning("%s accept failed: %s", what, exc)
+            return
+        sock.setblocking(False)
+        yield sock, addr
 
 
 def display(host: str) -> str:

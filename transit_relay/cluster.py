@@ -38,9 +38,10 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from burrow.common.listen import tcp_listener
+from burrow.common.listen import accept_ready, tcp_listener
 from burrow.common.redis import UNAVAILABLE, RedisLink, RedisMetrics, key
 from burrow.common.resp import LeanClient, ReplyError, lean_capable
+from burrow.transit_relay.handover import LEFT, HandedEndpoint, Handover
 from burrow.transit_relay.hop_pool import (
     HopPool,
     PeerLine,
@@ -51,7 +52,16 @@ from burrow.transit_relay.hop_pool import (
     verified,
 )
 from burrow.transit_relay.interfaces import RelayHost
-from burrow.transit_relay.protocol import OK, Conn, Handshake, Phase, Unwaited, Waiting, refusal_line
+from burrow.transit_relay.protocol import (
+    NO_PARTNER,
+    OK,
+    Conn,
+    Handshake,
+    Phase,
+    Unwaited,
+    Waiting,
+    refusal_line,
+)
 from burrow.transit_relay.tcp import TcpEndpoint
 
 log = logging.getLogger("burrow.transit.cluster")
@@ -116,6 +126,8 @@ class Cluster:
         self._start: asyncio.Task | None = None
         self.peer_port: int | None = None
         self.pool: HopPool | None = None  # made in start(), on the running loop
+        self.handover = (Handover(server, cfg.handover_dir, MAX_HOP_LINE, self._handed_in)
+                         if cfg.handover_dir else None)  # replicas on this host: pass the client's socket
         self.hop_seconds = hop_seconds_histogram(registry)
         self._registry = registry
         registry.register(_ClusterCollector(self))
@@ -133,6 +145,8 @@ class Cluster:
                             lambda holder: _resolve(self.server.loop, holder), self._registry)
         self.pool.address = self.address
         self.server.loop.add_reader(self._lsock.fileno(), self._accept)
+        if self.handover is not None:
+            self.handover.start(self.address)
         self.link.on_health_change(self._redis_changed)
         self._start = asyncio.create_task(self.link.start(connect_deadline=None))  # serves meanwhile
 
@@ -141,6 +155,8 @@ class Cluster:
             self.server.loop.remove_reader(self._lsock.fileno())
             self._lsock.close()
             self._lsock = None
+        if self.handover is not None:
+            self.handover.stop()
         for waiting in list(self._lines):
             waiting.close()
         if self.pool is not None:
@@ -248,6 +264,11 @@ class Cluster:
         server = self.server
         started = time.perf_counter()
         line = hop_line(self.secret, conn.handshake, conn.transport, conn.ip, server.clock())
+        if self.handover is not None:
+            reply = await self.handover.send(conn, holder, line)
+            if reply is not None:
+                self.hop_seconds.labels("handover").observe(time.perf_counter() - started)
+                return await self._handed_out(conn, holder, reply)
         sock = self.pool.take(holder)
         if sock is not None:
             reply = await self._exchange(sock, line)
@@ -294,6 +315,27 @@ class Cluster:
         server.dispatch(actions)
         return True
 
+    async def _handed_out(self, conn: Conn, holder: str, reply: bytes) -> bool:
+        """The holder's answer to a handover (b"": none came after the socket went); False: claim again."""
+        server = self.server
+        if reply is LEFT:  # our side left before the handover: the holder's side still waits, claimed again
+            self.hops_out["abandoned"] += 1
+            await self._restore(conn.handshake.token, holder)
+            return True
+        if reply == OK or not reply:  # the holder has the client now (or may have it): let go, say nothing
+            self.hops_out["handed_over" if reply else "lost"] += 1
+            Handover.release(conn.handle)
+            server.dispatch(server.relay.hand_over(conn, server.clock()))
+            return True
+        if reply.startswith(b"error: "):  # the holder refused our client (a limit): so do we
+            self.hops_out["refused"] += 1
+            await self._restore(conn.handshake.token, holder)
+            if conn.phase is Phase.PENDING:
+                server.dispatch(server.relay.protocol_error(conn, server.clock()))
+            return True
+        self.hops_out["no_partner"] += 1
+        return False
+
     async def _dial(self, holder: str) -> socket.socket:
         family, address = await _resolve(self.server.loop, holder)
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -319,15 +361,7 @@ class Cluster:
 
     # -- incoming hops ----------------------------------------------------------------------------
     def _accept(self) -> None:
-        for _ in range(64):
-            try:
-                sock, _addr = self._lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                log.warning("peer accept failed: %s", exc)
-                return
-            sock.setblocking(False)
+        for sock, _ in accept_ready(self._lsock, "peer"):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             PeerLine(self.server.loop, sock, MAX_HOP_LINE, HOP_LINE_TIMEOUT, self._first_line, self._lines)
 
@@ -373,6 +407,32 @@ class Cluster:
         server.dispatch(actions)
 
 
+    def _handed_in(self, client: socket.socket, line: bytes) -> bytes:
+        """A client handed over by a replica on this host: pair it like one connected here; the answer."""
+        server = self.server
+        now = server.clock()
+        parsed = parse_hop(self.secret, line.rstrip(b"\n"), now)
+        if parsed is None:
+            self.hops_in["refused"] += 1
+            client.close()
+            return b"error: bad hop\n"
+        handshake, _transport, ip = parsed
+        conn = server.relay.open(ip, "tcp", now)
+        if isinstance(conn, str):
+            self.hops_in["refused"] += 1
+            client.close()
+            return refusal_line(conn)
+        conn.handle = endpoint = HandedEndpoint(server, client, conn)
+        actions = server.relay.hop_in(conn, handshake, now)
+        paired = conn.phase is Phase.PAIRED
+        if paired:
+            self.claimed.discard(handshake.token)
+        server.dispatch(actions)  # unpaired: the endpoint keeps the reply (a limit's refusal, no partner)
+        answer = OK if paired else endpoint.reply or NO_PARTNER
+        self.hops_in["handed_over" if paired else "refused" if answer.startswith(b"error: ") else "no_partner"] += 1
+        return answer
+
+
 async def _resolve(loop: asyncio.AbstractEventLoop, holder: str) -> tuple[int, tuple]:
     """(family, sockaddr) of an advertise address HOST:PORT; IP literals skip the resolver's thread."""
     host, _, port = holder.rpartition(":")
@@ -392,14 +452,14 @@ class _ClusterCollector(Collector):
     def collect(self):
         c = self.cluster
         out = CounterMetricFamily("burrow_transit_cluster_hops_out", "hops this replica opened to join a "
-                                  "side waiting on another (paired, no_partner, unreachable, refused, abandoned)",
-                                  labels=["result"])
-        for result in ("paired", "no_partner", "unreachable", "refused", "abandoned"):
+                                  "side waiting on another (paired, handed_over, no_partner, unreachable, refused, "
+                                  "abandoned, lost)", labels=["result"])
+        for result in ("paired", "handed_over", "no_partner", "unreachable", "refused", "abandoned", "lost"):
             out.add_metric([result], c.hops_out.get(result, 0))
         yield out
         hin = CounterMetricFamily("burrow_transit_cluster_hops_in", "hops other replicas opened to this "
-                                  "one (paired, no_partner, refused)", labels=["result"])
-        for result in ("paired", "no_partner", "refused"):
+                                  "one (paired, handed_over, no_partner, refused)", labels=["result"])
+        for result in ("paired", "handed_over", "no_partner", "refused"):
             hin.add_metric([result], c.hops_in.get(result, 0))
         yield hin
         yield CounterMetricFamily("burrow_transit_cluster_local_only", "sides that waited unregistered "

@@ -57,6 +57,9 @@ class TransitConfig:
                                                  "authenticated with it (required with --redis-url)")
     peer_pool_size: int = setting(8, "warm hop connections kept open to each peer replica (with --redis-url), "
                                      "so a cross-replica pairing dials nothing; 0 = dial one per hop")
+    handover_dir: str | None = setting(None, "directory shared by replicas on one host (with --redis-url): "
+                                             "a TCP side whose partner waits on such a replica is handed to "
+                                             "it through a Unix socket here instead of joined by a hop")
     verbose: bool = setting(False, "debug logging")
 
     def __post_init__(self) -> None:

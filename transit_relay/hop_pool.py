@@ -87,8 +87,9 @@ def parse_warm(secret: bytes, line: bytes, now: float) -> str | None:
 
 def hop_seconds_histogram(registry: CollectorRegistry) -> Histogram:
     return Histogram("burrow_transit_cluster_hop_seconds", "time from learning a token's holder to the "
-                     "holder's answer on the hop (connection: warm from the pool, or fresh)",
-                     ["connection"], buckets=HOP_SECONDS_BUCKETS, registry=registry)
+                     "holder's answer on the hop (connection: warm from the pool, fresh, or handover: the "
+                     "client's socket passed to a replica on this host)", ["connection"],
+                     buckets=HOP_SECONDS_BUCKETS, registry=registry)
 
 
 def _keepalive(sock: socket.socket) -> None:

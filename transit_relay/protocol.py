@@ -379,6 +379,18 @@ class Relay:
         self.pairs.add(pair)
         return [Pair(pair)] + out
 
+    def hand_over(self, conn: Conn, now: float) -> list:
+        """`conn`, waiting here, was handed to its partner's replica (same host), which relays it and
+        writes its session line: it leaves without one; other connections of its token here are redundant."""
+        if conn.phase is not Phase.PENDING:
+            return []
+        out = self._unpend(conn)
+        conn.phase = Phase.CLOSED
+        self.caps.release(conn.ip)
+        for other in list(self.by_token.get(conn.handshake.token, [])):
+            out += self._close(other, Mood.REDUNDANT, now)
+        return out
+
     # -- internals ------------------------------------------------------------------------
     def _refuse(self, reason: str) -> None:
         self.refusals[reason] = self.refusals.get(reason, 0) + 1

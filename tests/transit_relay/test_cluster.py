@@ -33,6 +33,31 @@ async def tcp_side(server: TransitServer, line: bytes):
     return reader, writer
 
 
+async def both_ways(a_r, a_w, b_r, b_w, n: int) -> None:
+    """Random bytes each way, each direction half-closed in turn (the half-close crosses the relays); closes both."""
+    up, down = os.urandom(300_000 + n), os.urandom(200_000 + n)
+    a_w.write(up)
+    b_w.write(down)
+    a_w.write_eof()
+    assert await asyncio.wait_for(b_r.readexactly(len(up)), TIMEOUT) == up
+    assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
+    b_w.write_eof()
+    assert await asyncio.wait_for(a_r.readexactly(len(down)), TIMEOUT) == down
+    assert await asyncio.wait_for(a_r.read(), TIMEOUT) == b""
+    a_w.close()
+    b_w.close()
+
+
+async def websocket_and_tcp(ws, r, w) -> None:
+    """A WebSocket side and a TCP side of one pair: both told `ok`, then one message each way."""
+    assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"ok\n"
+    assert await asyncio.wait_for(r.readexactly(3), TIMEOUT) == b"ok\n"
+    await ws.send(b"from the websocket side")
+    assert await asyncio.wait_for(r.readexactly(23), TIMEOUT) == b"from the websocket side"
+    w.write(b"from the tcp side")
+    assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"from the tcp side"
+
+
 def sessions(server: TransitServer) -> list[dict]:
     return read_events(server.config.event_log)
 
@@ -47,17 +72,7 @@ async def test_sides_on_two_replicas_pair_through_a_hop(cluster):
         b_r, b_w = await tcp_side(r1, hs(None if legacy else b"b", token(n)))
         assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
         assert await asyncio.wait_for(b_r.readexactly(3), TIMEOUT) == b"ok\n"
-        up, down = os.urandom(300_000 + n), os.urandom(200_000 + n)
-        a_w.write(up)
-        b_w.write(down)
-        a_w.write_eof()  # half-close crosses both replicas
-        assert await asyncio.wait_for(b_r.readexactly(len(up)), TIMEOUT) == up
-        assert await asyncio.wait_for(b_r.read(), TIMEOUT) == b""
-        b_w.write_eof()
-        assert await asyncio.wait_for(a_r.readexactly(len(down)), TIMEOUT) == down
-        assert await asyncio.wait_for(a_r.read(), TIMEOUT) == b""
-        a_w.close()
-        b_w.close()
+        await both_ways(a_r, a_w, b_r, b_w, n)
     await wait_for(lambda: len(sessions(r0)) == 20)
     await asyncio.sleep(0.2)
     # one session line per pair, on the replica where the first side waited; none on the other
@@ -76,12 +91,7 @@ async def test_websocket_side_meets_a_tcp_side_on_another_replica(cluster):
     await asyncio.sleep(0.02)
     async with ws_connect(f"ws://127.0.0.1:{r1.websocket_port}") as ws:
         await ws.send(hs(b"b", token(1)))
-        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"ok\n"
-        assert await asyncio.wait_for(a_r.readexactly(3), TIMEOUT) == b"ok\n"
-        await ws.send(b"from the websocket side")
-        assert await asyncio.wait_for(a_r.readexactly(23), TIMEOUT) == b"from the websocket side"
-        a_w.write(b"from the tcp side")
-        assert await asyncio.wait_for(ws.recv(), TIMEOUT) == b"from the tcp side"
+        await websocket_and_tcp(ws, a_r, a_w)
     assert await asyncio.wait_for(a_r.read(), TIMEOUT) == b""  # the WebSocket side ended: A is told
     a_w.close()
     await wait_for(lambda: sessions(r0))

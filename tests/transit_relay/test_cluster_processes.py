@@ -204,3 +204,41 @@ def test_a_replica_then_redis_killed_mid_transfer(tmp_path, replicas, redis):
     assert read_exactly(b, 4) == b"ping"
     a.close()
     b.close()
+
+
+def pair_waiting_first(first: Replica, second: Replica, n: int) -> tuple[socket.socket, socket.socket]:
+    """Side a waits on `first` (registered) before side b reaches `second`: the pair's holder is `first`."""
+    tok = hashlib.sha256(b"proc %d" % n).hexdigest().encode()
+    a = connect(first.port, "127.0.0.2")
+    a.sendall(hs(b"a", tok))
+    for _ in range(200):
+        if first.metric("burrow_transit_pending_connections") == 1:
+            break
+        threading.Event().wait(0.02)
+    threading.Event().wait(0.1)  # its claim reaches Redis
+    b = connect(second.port, "127.0.0.3")
+    b.sendall(hs(b"b", tok))
+    assert read_exactly(a, 3) == b"ok\n" and read_exactly(b, 3) == b"ok\n", n
+    return a, b
+
+
+def test_clients_handed_over_between_replica_processes(tmp_path, replicas):
+    """With --handover-dir the holder relays both clients alone: killing the other replica ends nothing of it."""
+    r0, r1 = replicas(2, "--handover-dir", str(tmp_path / "handover"))
+    x = pair_waiting_first(r0, r1, 21)  # b's socket handed from r1 to r0
+    y = pair_waiting_first(r1, r0, 22)  # b's socket handed from r0 to r1
+    assert r1.metric("burrow_transit_cluster_hops_out_total", '{result="handed_over"}') == 1
+    assert r0.metric("burrow_transit_cluster_hops_out_total", '{result="handed_over"}') == 1
+    assert r0.metric("burrow_transit_active_pairs") == 1 and r1.metric("burrow_transit_active_pairs") == 1
+    result: dict = {}
+    total = 24 << 20
+    threads = [threading.Thread(target=pump, args=(*p, total, result, name)) for p, name in ((x, "x"), (y, "y"))]
+    for t in threads:
+        t.start()
+    threading.Event().wait(0.5)
+    r1.process.kill()  # SIGKILL: y's clients were r1's alone; r1's copy of x's side b is long closed
+    for t in threads:
+        t.join(60)
+    assert result["x"] == (total, total, True), result
+    assert result["y"][1] < total  # the pair on the killed replica ended
+    assert [e["total_bytes"] >= total for e in r0.happy()] == [True]
