@@ -60,6 +60,10 @@ class RelayStats:
         self._last_drops: Counter[str] = Counter()
         self._last_stun = 0
 
+    def forwarded(self) -> int:
+        """Packets forwarded so far, every protocol (what adaptive wake-up coalescing follows)."""
+        return sum(self.packets.values())
+
     def drop(self, protocol: str, reason: str, n: int = 1) -> None:
         self.drops[(protocol, reason)] += n
 
