@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 
 MAX_WINDOW_US = 10_000  # a window this long already costs more latency than a tunnel should see
-ADAPTIVE_WINDOW_US = 3_000  # the longest adaptive hold
+ADAPTIVE_WINDOW_US = 4_000  # the longest adaptive hold
 DENSE_PACKETS = 16  # a wake-up that forwarded fewer is sparse traffic: the next poll is not held
-TARGET_PACKETS = 96  # what a held wake-up should gather: the per-wake-up cost is then small per packet
+TARGET_PACKETS = 128  # what a held wake-up should gather: the per-wake-up cost is then small per packet
 
 
 class CoalescingSelector(selectors.DefaultSelector):

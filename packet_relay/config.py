@@ -59,7 +59,7 @@ class RelayConfig:
     wake_coalesce_us: int | None = setting(None, "hold the poll after a wake-up so the next one serves more "
                                               "packets with one read and one TLS record per client: by default "
                                               "only while traffic is dense (16+ packets per wake-up), for at most "
-                                              "3000 µs; a number holds every wake-up that long (at most 10000), "
+                                              "4000 µs; a number holds every wake-up that long (at most 10000), "
                                               "0 never holds", "µs")
     send_queue_depth: int = setting(32, "packets queued per client before the oldest is dropped", "packets")
     max_packet_bytes: int = setting(65536, "largest packet payload a client may send", "bytes")
