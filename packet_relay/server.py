@@ -128,6 +128,8 @@ class RelayServer:
         cfg = self.config
         self.loop = asyncio.get_running_loop()
         self.coalescing = attach(self.loop, self.stats.forwarded)  # None unless on a coalescing loop
+        if self.coalescing is not None:
+            self.stats.wake_holds = lambda: self.coalescing.holds
         if cfg.https_port >= 0:
             cert, key = cfg.tls_cert, cfg.tls_key
             if cfg.dev_tls and not (cert and key):

@@ -53,6 +53,7 @@ class RelayStats:
         self.mesh_in = 0                                 # packets received from mesh peers
         self.mesh_held = 0                               # times a sender's reading paused for a slow mesh link
         self.stun_answered: Callable[[], int] = lambda: 0
+        self.wake_holds: Callable[[], int] = lambda: 0   # polls held by wake-up coalescing (coalesce.py)
         self.handshake_seconds: Histogram | None = None  # set by make_registry; observed once per handshake
         # interval totals for the `stats` event
         self._last_packets = 0
@@ -124,6 +125,10 @@ class _Collector:
         stun = CounterMetricFamily("burrow_relay_stun_answered", "STUN binding requests answered")
         stun.add_metric([], s.stun_answered())
         yield stun
+        holds = CounterMetricFamily("burrow_relay_wake_holds", "Times the relay held its poll to gather more "
+                                    "packets per wake-up (--wake-coalesce-us)")
+        holds.add_metric([], s.wake_holds())
+        yield holds
         dup = CounterMetricFamily("burrow_relay_duplicate_connections", "Connections that duplicated a live key")
         dup.add_metric([], s.dup_conns)
         yield dup

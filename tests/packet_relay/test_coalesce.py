@@ -9,6 +9,7 @@ import socket
 import threading
 
 import pytest
+from prometheus_client import generate_latest
 
 from burrow.packet_relay.coalesce import DENSE_PACKETS, TARGET_PACKETS, CoalescingSelector, loop_factory
 from burrow.wire.derp import frames as f
@@ -175,6 +176,8 @@ def test_adaptive_default_never_holds_a_ping_pong_flow_and_holds_a_dense_one(tmp
                 assert [int.from_bytes(p[:2], "big") for _, p in got] == list(range(64))
         assert sel.holds > 0
         assert server.stats.forwarded() == 400 + 10 * 4 * 64
+        scrape = generate_latest(server.prometheus).decode()
+        assert f"burrow_relay_wake_holds_total {float(sel.holds)}" in scrape
         for c in (a, b, *receivers):
             await c.close()
         for s in senders:
