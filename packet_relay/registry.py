@@ -18,6 +18,8 @@ from typing import Protocol
 
 from burrow.common.limits import TokenBucket
 from burrow.wire.derp.frames import (
+    FRAME_HEADER_LEN,
+    KEY_LEN,
     PEER_GONE_DISCONNECTED,
     PEER_GONE_IROH,
     PEER_GONE_NOT_HERE,
@@ -33,6 +35,7 @@ DISCO_MIN_LEN = 62
 MAX_SENT_TO = 4096          # receivers remembered per source for PeerGone
 NOT_HERE_RATE = 1.0         # PeerGone(NotHere) replies per second per sender, burst 3
 NOT_HERE_BURST = 3
+RECV_OVERHEAD = FRAME_HEADER_LEN + KEY_LEN  # a RecvPacket frame's bytes before its payload
 
 
 class RegistryPeer(Protocol):
@@ -181,6 +184,35 @@ class Registry:
         elif dst not in seen and len(seen) < MAX_SENT_TO:
             seen.add(dst)
         return True
+
+    def route_frames(self, sender: RegistryPeer, dst: bytes, frames: list[bytes], nbytes: int,
+                     now: float) -> tuple[int, int]:
+        """route() for a run of packets from `sender` to `dst`, built as RecvPacket frames (wire Sends);
+        `nbytes` is their payload. Returns the packets and payload bytes that went on."""
+        receiver = self._active.get(dst)
+        if receiver is None or dst in self._shadowed:
+            link = self._mesh_routes.get(dst)
+            if link is not None:
+                key, sent, sent_bytes = sender.key, 0, 0
+                for frame in frames:
+                    payload = memoryview(frame)[RECV_OVERHEAD:]
+                    if link.forward(key, dst, payload, sender):
+                        sent += 1
+                        sent_bytes += len(payload)
+                return sent, sent_bytes
+        if receiver is None:
+            self.stats.drops[(sender.protocol, "unknown_dest")] += len(frames)
+            for frame in frames:
+                if looks_like_disco(frame[RECV_OVERHEAD:]):
+                    self._reply_not_here(sender, dst, now)
+            return 0, 0
+        receiver.deliver_frames_queued(frames)
+        seen = self._sent_to.get(sender.key)
+        if seen is None:
+            self._sent_to[sender.key] = {dst}
+        elif dst not in seen and len(seen) < MAX_SENT_TO:
+            seen.add(dst)
+        return len(frames), nbytes
 
     def _reply_not_here(self, sender: RegistryPeer, dst: bytes, now: float) -> None:
         bucket = self._not_here.get(sender.key)
