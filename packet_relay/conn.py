@@ -4,7 +4,9 @@ in:  socket bytes; out: socket bytes. TLS is an ssl.MemoryBIO session (tlsio.py)
 and DERP live in protocol/; this file only moves bytes between them, the registry and the timers.
 Writes are batched: deliver() queues, and one call_soon per loop pass flushes every dirty client
 with a single write each (the send side is peer.py, shared with the iroh connection); the packets one
-mesh read holds for a client go out at once in one write (deliver_frames).
+mesh read holds for a client go out at once in one write (deliver_frames). A client's packets come from
+the wire machine as ready RecvPacket frames grouped per destination (Sends): one route per destination
+per read (registry.route_frames), then queued like deliver()'s (deliver_frames_queued).
 """
 
 from __future__ import annotations
