@@ -61,7 +61,7 @@ class RegistryPeer(Protocol):
 class MeshRoutes(Protocol):
     """The mesh forwarding table as the registry uses it (mesh_table.ForwardingTable)."""
 
-    routes: dict      # key -> a link with forward(src, dst, payload) -> bool
+    routes: dict      # key -> a link with forward(src, dst, payload) -> bool and forward_frames (mesh.py)
     shadowed: set     # local keys a newer connection on a peer relay took over
 
     def local_arrived(self, key) -> None: ...
@@ -193,13 +193,7 @@ class Registry:
         if receiver is None or dst in self._shadowed:
             link = self._mesh_routes.get(dst)
             if link is not None:
-                key, sent, sent_bytes = sender.key, 0, 0
-                for frame in frames:
-                    payload = memoryview(frame)[RECV_OVERHEAD:]
-                    if link.forward(key, dst, payload, sender):
-                        sent += 1
-                        sent_bytes += len(payload)
-                return sent, sent_bytes
+                return link.forward_frames(sender.key, dst, frames, sender)
         if receiver is None:
             self.stats.drops[(sender.protocol, "unknown_dest")] += len(frames)
             for frame in frames:
