@@ -138,8 +138,8 @@ class RelayConn(Peer):
         if not events:
             return
         registry = self.server.registry
-        route, route_frames = registry.route, registry.route_frames
-        send_packet, forward_packet = f.SendPacket, f.ForwardPacket
+        route_frames = registry.route_frames
+        forward_packet = f.ForwardPacket
         now = 0.0
         packets = nbytes = fwd_packets = fwd_bytes = meshed = 0
         for ev in events:
@@ -174,16 +174,6 @@ class RelayConn(Peer):
                     receiver.deliver(ev.src, ev.payload)
                     fwd_packets += 1
                     fwd_bytes += len(ev.payload)
-            elif type(ev) is send_packet:
-                n = len(ev.payload)
-                packets += 1
-                nbytes += n
-                if not now:
-                    now = time.monotonic()
-                    registry.note_activity(self)
-                if route(self, ev.dst, ev.payload, now):
-                    fwd_packets += 1
-                    fwd_bytes += n
             else:
                 self._event(ev)
                 if self.phase == "closed":

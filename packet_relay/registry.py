@@ -162,33 +162,12 @@ class Registry:
         if self._active.get(peer.key) is not peer and len(self._conns.get(peer.key, ())) > 1:
             self._active[peer.key] = peer
 
-    def route(self, sender: RegistryPeer, dst: bytes, payload: bytes, now: float) -> bool:
-        """Deliver one packet from `sender` to the active connection of `dst`.
-
-        The caller counts delivered packets into stats.packets/bytes (once per read batch: cheaper).
-        """
-        receiver = self._active.get(dst)
-        if receiver is None or dst in self._shadowed:
-            link = self._mesh_routes.get(dst)
-            if link is not None:
-                return link.forward(sender.key, dst, payload, sender)
-        if receiver is None:
-            self.stats.drops[(sender.protocol, "unknown_dest")] += 1
-            if looks_like_disco(payload):
-                self._reply_not_here(sender, dst, now)
-            return False
-        receiver.deliver(sender.key, payload)
-        seen = self._sent_to.get(sender.key)
-        if seen is None:
-            self._sent_to[sender.key] = {dst}
-        elif dst not in seen and len(seen) < MAX_SENT_TO:
-            seen.add(dst)
-        return True
-
     def route_frames(self, sender: RegistryPeer, dst: bytes, frames: list[bytes], nbytes: int,
                      now: float) -> tuple[int, int]:
-        """route() for a run of packets from `sender` to `dst`, built as RecvPacket frames (wire Sends);
-        `nbytes` is their payload. Returns the packets and payload bytes that went on."""
+        """Deliver packets from `sender` to the active connection of `dst` (or its mesh link), given as the
+        RecvPacket frames the receiver gets (wire Sends: one read's packets for one destination); `nbytes`
+        is their payload. Returns the packets and payload bytes that went on; the caller counts them into
+        stats.packets/bytes (once per read: cheaper)."""
         receiver = self._active.get(dst)
         if receiver is None or dst in self._shadowed:
             link = self._mesh_routes.get(dst)

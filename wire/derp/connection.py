@@ -194,54 +194,46 @@ class ServerConnection:
                 if ftype == f.SEND_PACKET:  # the hot path
                     if length < key:
                         raise f.MalformedFrame("SendPacket: shorter than a key")
-                    if send_frames:  # our key + payload under a RecvPacket header: the payload is copied once
-                        frame = join((pack(f.RECV_PACKET, length), src, view[body + key:end]))
-                        dst = bytes(view[body:body + key])
-                        if batch is None or run is not Sends:
-                            if batch is not None:
-                                events[run_at] = run(batch, batched)
-                            batch, run, batched, run_at = {dst: [frame]}, Sends, 1, len(events)
-                            append(None)  # the run's event, built when the run ends
-                            pos = end
-                            continue
-                        frames = batch.get(dst)
-                        if frames is None:
-                            batch[dst] = [frame]
-                        else:
-                            frames.append(frame)
-                        batched += 1
-                    else:
+                    if not send_frames:
                         if batch is not None:
                             events[run_at], batch = run(batch, batched), None
                         append(new(send_packet, (bytes(view[body:body + key]), bytes(view[body + key:end]))))
+                        pos = end
+                        continue
+                    # our key + payload under a RecvPacket header: the payload is copied once
+                    frame = join((pack(f.RECV_PACKET, length), src, view[body + key:end]))
+                    dst, kind = bytes(view[body:body + key]), Sends
                 elif ftype == f.FORWARD_PACKET:  # the mesh's hot path
                     if length < 2 * key:
                         raise f.MalformedFrame("ForwardPacket: shorter than two keys")
-                    if recv_frames:  # src + payload under a RecvPacket header: the payload is copied once
-                        frame = join((pack(f.RECV_PACKET, length - key), view[body:body + key], view[body + 2 * key:end]))
-                        dst = bytes(view[body + key:body + 2 * key])
-                        if batch is None or run is not Forwarded:
-                            if batch is not None:
-                                events[run_at] = run(batch, batched)
-                            batch, run, batched, run_at = {dst: [frame]}, Forwarded, 1, len(events)
-                            append(None)  # the run's event, built when the run ends
-                            pos = end
-                            continue
-                        frames = batch.get(dst)
-                        if frames is None:
-                            batch[dst] = [frame]
-                        else:
-                            frames.append(frame)
-                        batched += 1
-                    else:
+                    if not recv_frames:
                         if batch is not None:
                             events[run_at], batch = run(batch, batched), None
                         append(new(forward_packet, (bytes(view[body:body + key]), bytes(view[body + key:body + 2 * key]),
                                                     bytes(view[body + 2 * key:end]))))
+                        pos = end
+                        continue
+                    # src + payload under a RecvPacket header: the payload is copied once
+                    frame = join((pack(f.RECV_PACKET, length - key), view[body:body + key], view[body + 2 * key:end]))
+                    dst, kind = bytes(view[body + key:body + 2 * key]), Forwarded
                 else:
                     if batch is not None:
                         events[run_at], batch = run(batch, batched), None
                     self._control(ftype, bytes(view[body:end]), append)
+                    pos = end
+                    continue
+                if batch is None or run is not kind:  # a new run: its event goes here, built when it ends
+                    if batch is not None:
+                        events[run_at] = run(batch, batched)
+                    batch, run, batched, run_at = {dst: [frame]}, kind, 1, len(events)
+                    append(None)
+                else:
+                    frames = batch.get(dst)
+                    if frames is None:
+                        batch[dst] = [frame]
+                    else:
+                        frames.append(frame)
+                    batched += 1
                 pos = end
         finally:
             view.release()

@@ -112,6 +112,23 @@ def test_established_events_and_unknown_frames_skipped():
     assert server.unknown_frames == 1
 
 
+def recv_frames_per_destination(packets) -> dict:
+    """(dst, src, payload) -> the RecvPacket frames each destination gets, in order."""
+    want: dict = {}
+    for dst, src, payload in packets:
+        want.setdefault(dst, []).append(f.RecvPacket(src, payload).encode())
+    return want
+
+
+def merged(runs) -> dict:
+    """The frames of several Forwarded or Sends runs, per destination, in order."""
+    got: dict = {}
+    for run in runs:
+        for dst, frames in run.frames.items():
+            got.setdefault(dst, []).extend(frames)
+    return got
+
+
 def test_forwarded_frames_are_the_recv_packets_byte_for_byte_in_order():
     """A peer relay's ForwardPackets come out as the exact RecvPacket frames the slow path builds, per
     destination in arrival order, and a frame between two runs keeps its place between them."""
@@ -131,17 +148,7 @@ def test_forwarded_frames_are_the_recv_packets_byte_for_byte_in_order():
     assert before and after and all(type(e) is Forwarded for e in before + after)
 
     def expected(packets):
-        want: dict = {}
-        for p in packets:
-            want.setdefault(p.dst, []).append(f.RecvPacket(p.src, p.payload).encode())
-        return want
-
-    def merged(runs):
-        got: dict = {}
-        for run in runs:
-            for dst, frames in run.frames.items():
-                got.setdefault(dst, []).extend(frames)
-        return got
+        return recv_frames_per_destination((p.dst, p.src, p.payload) for p in packets)
 
     assert merged(before) == expected(first) and sum(r.packets for r in before) == len(first)
     assert merged(after) == expected(second) and sum(r.packets for r in after) == len(second)
@@ -176,17 +183,7 @@ def test_sends_are_the_recv_packets_byte_for_byte_grouped_per_destination_in_ord
     assert kinds[forwarded + 1:] == [Sends]
 
     def expected(packets):
-        want: dict = {}
-        for dst, payload in packets:
-            want.setdefault(dst, []).append(f.RecvPacket(me, payload).encode())
-        return want
-
-    def merged(runs):
-        got: dict = {}
-        for run in runs:
-            for dst, frames in run.frames.items():
-                got.setdefault(dst, []).extend(frames)
-        return got
+        return recv_frames_per_destination((dst, me, payload) for dst, payload in packets)
 
     for runs, packets in ((events[:ping], first), (events[ping + 1:forwarded], second),
                           (events[forwarded + 1:], third)):
