@@ -10,11 +10,12 @@ load generator on the other core. Every phase is bounded (packet counts and a fe
                packets/s, drops, and relay CPU per packet summed over both nodes, against the
                single-node figure (both nodes share the relay core)
   latency      one pair echoing single packets: relay round trip / 2 (p50, p99), idle and while
-               4 other pairs flood
+               4 other pairs flood, at real-time priority where allowed (as paced)
   paced        4 pairs x 6,000 packets/s in bursts of 8 (bench/packet_relay_paced.py): relay CPU per
-               packet when each wake-up carries few packets; again with --wake-coalesce-us 2500;
-               and in lock-step (each round one burst per pair, all received before the next), the
-               same wake-up structure whatever else runs on the machine
+               packet at a steady modest rate, with the default (adaptive) wake-up coalescing; again
+               on a relay that never holds a wake-up (--wake-coalesce-us 0), with its latency rows;
+               and there in lock-step (each round one burst per pair, all received before the next),
+               the same wake-up structure whatever else runs on the machine
   iroh         the same forwarding over the iroh relay protocol (WebSocket /relay, single and
                batched datagrams; bench/packet_relay_iroh.py): relay CPU per packet next to DERP's
   memory       N idle TLS DERP connections (handshake done): relay RSS delta / N
@@ -57,7 +58,7 @@ from harness.ports import free_port  # noqa: E402
 PKT = 1200
 RECV_FRAME = f.FRAME_HEADER_LEN + 32 + PKT
 BACKGROUND_PPS = 5000  # per background pair in the latency phase
-COALESCE_US = 2500  # the --wake-coalesce-us of the second paced row
+NEVER_HOLD = ("--wake-coalesce-us", "0")  # the second relay: asyncio's own loop, no coalescing
 UPGRADE = b"GET /derp HTTP/1.1\r\nHost: bench\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n"
 
 
@@ -364,24 +365,25 @@ async def run(args) -> dict:
             paced = _paced_bench()
             results["paced"] = await paced.paced_cpu(lambda: connect(port, ctx), lambda key: send_blob(key, paced.BURST),
                                                      RECV_FRAME, relay.pid, seconds=1.0 if args.quick else 5.0)
-            results["lockstep"] = await paced.lockstep_cpu(lambda: connect(port, ctx),
-                                                           lambda key: send_blob(key, paced.BURST), RECV_FRAME,
-                                                           relay.pid, rounds=600 if args.quick else 3000)
             n = 300 if args.quick else 2000
-            results["latency"] = [await latency(port, ctx, n, 0), await latency(port, ctx, n, 4)]
+            with paced.realtime(relay.pid):  # a busy machine's scheduling delays would swamp the relay's
+                results["latency"] = [await latency(port, ctx, n, 0), await latency(port, ctx, n, 4)]
             secs = 1.0 if args.quick else 2.0
             results["stun"] = {"burrow": stun_rate(stun_port, secs)}
         finally:
             relay.terminate()
             relay.wait(10)
-        # the same paced load on a relay that wakes at most once per COALESCE_US (--wake-coalesce-us)
-        relay, port = start_relay(tmp, 0, extra=("--wake-coalesce-us", str(COALESCE_US)))
+        # the same paced load, the lock-step and the latency on a relay that never holds a wake-up
+        relay, port = start_relay(tmp, 0, extra=NEVER_HOLD)
         try:
-            results["paced_coalesced"] = {**await paced.paced_cpu(
+            results["paced_never_held"] = {**await paced.paced_cpu(
                 lambda: connect(port, ctx), lambda key: send_blob(key, paced.BURST), RECV_FRAME, relay.pid,
-                seconds=1.0 if args.quick else 5.0), "coalesce_us": COALESCE_US}
-            results["latency"].append({**await latency(port, ctx, 300 if args.quick else 2000, 0),
-                                       "coalesce_us": COALESCE_US})
+                seconds=1.0 if args.quick else 5.0), "never_held": True}
+            results["lockstep"] = await paced.lockstep_cpu(lambda: connect(port, ctx),
+                                                           lambda key: send_blob(key, paced.BURST), RECV_FRAME,
+                                                           relay.pid, rounds=600 if args.quick else 3000)
+            with paced.realtime(relay.pid):
+                results["latency"] += [{**await latency(port, ctx, n, b), "never_held": True} for b in (0, 4)]
         finally:
             relay.terminate()
             relay.wait(10)
@@ -436,10 +438,10 @@ def table(r: dict) -> str:
         out.append(f"| iroh forwarding, {x['pairs']} pair(s), 1200-byte {kind} over TLS | "
                    f"{x['pps']:,.0f} datagrams/s, {x['drop_pct']:.1f}% dropped, relay CPU "
                    f"{x['us_per_packet']:.1f} µs per datagram{versus} |")
-    for x in (r.get("paced"), r.get("paced_coalesced")):
+    for x in (r.get("paced"), r.get("paced_never_held")):
         if not x:
             continue
-        how = f", --wake-coalesce-us {x['coalesce_us']}" if x.get("coalesce_us") else ""
+        how = ", --wake-coalesce-us 0 (never held)" if x.get("never_held") else ", adaptive coalescing (default)"
         out.append(f"| relay CPU per forwarded 1200-byte packet, paced: {x['pairs']} pairs x {x['rate_per_pair']:,}"
                    f" packets/s over TLS{how} | {x['us_per_packet']:.1f} µs ({x['pps']:,.0f} packets/s delivered, "
                    f"{x['sent']:,} sent in all, {x['packets_per_wakeup']:.0f} packets per relay wake-up, relay CPU "
@@ -448,11 +450,12 @@ def table(r: dict) -> str:
     if x := r.get("lockstep"):
         out.append(f"| relay CPU per forwarded 1200-byte packet, lock-step: each round {x['pairs']} bursts of "
                    f"{x['packets'] // x['rounds'] // x['pairs']}, one per pair, all received before the next | "
-                   f"{x['us_per_packet']:.1f} µs ({x['packets_per_wakeup']:.0f} packets per relay wake-up) |")
+                   f"{x['us_per_packet']:.1f} µs ({x['packets_per_wakeup']:.0f} packets per relay wake-up, "
+                   f"--wake-coalesce-us 0) |")
     for x in r["latency"]:
         load = f"while {x['background_pairs']} pairs send {BACKGROUND_PPS:,} packets/s each" if x["background_pairs"] else "idle"
-        if x.get("coalesce_us"):
-            load += f", --wake-coalesce-us {x['coalesce_us']}"
+        if x.get("never_held"):
+            load += ", --wake-coalesce-us 0"
         out.append(f"| added latency (round trip / 2), {load} | p50 {x['p50_ms']:.3f} ms, p99 {x['p99_ms']:.3f} ms |")
     m = r["memory"]
     out.append(f"| memory per idle TLS DERP connection ({m['connections']} open) | "

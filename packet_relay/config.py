@@ -56,9 +56,11 @@ class RelayConfig:
                                             name="receive_rate", aliases=("rate_limit_bytes_per_sec",))
     rate_limit_burst_bytes: int = setting(0, "per-client burst (raised to at least 64 KiB + 32)", "bytes",
                                           name="receive_burst", aliases=("rate_limit_burst_bytes",))
-    wake_coalesce_us: int = setting(0, "wake up at most once per this many microseconds while traffic flows, so "
-                                       "one poll, read and TLS record serve more packets at a steady rate; each "
-                                       "packet may wait up to this much longer (0 = off, at most 10000)", "µs")
+    wake_coalesce_us: int | None = setting(None, "hold the poll after a wake-up so the next one serves more "
+                                              "packets with one read and one TLS record per client: by default "
+                                              "only while traffic is dense (16+ packets per wake-up), for at most "
+                                              "4000 µs; a number holds every wake-up that long (at most 10000), "
+                                              "0 never holds", "µs")
     send_queue_depth: int = setting(32, "packets queued per client before the oldest is dropped", "packets")
     max_packet_bytes: int = setting(65536, "largest packet payload a client may send", "bytes")
     max_client_info_bytes: int = setting(262144, "largest ClientInfo frame accepted", "bytes")

@@ -4,7 +4,9 @@ in:  socket bytes; out: socket bytes. TLS is an ssl.MemoryBIO session (tlsio.py)
 and DERP live in protocol/; this file only moves bytes between them, the registry and the timers.
 Writes are batched: deliver() queues, and one call_soon per loop pass flushes every dirty client
 with a single write each (the send side is peer.py, shared with the iroh connection); the packets one
-mesh read holds for a client go out at once in one write (deliver_frames).
+mesh read holds for a client go out at once in one write (deliver_frames). A client's packets come from
+the wire machine as ready RecvPacket frames grouped per destination (Sends): one route per destination
+per read (registry.route_frames), then queued like deliver()'s (deliver_frames_queued).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import random
 import time
 
 from burrow.wire.derp import frames as f
-from burrow.wire.derp.connection import ClientHello, Forwarded, ServerConnection, Throttled
+from burrow.wire.derp.connection import ClientHello, Forwarded, Sends, ServerConnection, Throttled
 from burrow.wire.errors import WireError
 from burrow.wire.http import HttpError, RequestReader, response
 from burrow.wire.websocket import WebSocketStream
@@ -116,6 +118,7 @@ class RelayConn(Peer):
             self.server.private_key, time.monotonic(), handshake_timeout=cfg.handshake_timeout,
             max_frame_len=max(cfg.max_packet_bytes + f.KEY_LEN, f.MAX_PING_LEN), max_client_info_len=cfg.max_client_info_bytes,
             rate=rate, server_public=self.server.public_key)
+        self.machine.send_frames = True  # a read's packets come grouped per destination, frames ready
         self.send(self.machine.greeting())
         if rest:
             self._derp_in(rest)
@@ -135,12 +138,23 @@ class RelayConn(Peer):
         if not events:
             return
         registry = self.server.registry
-        route = registry.route
-        send_packet, forward_packet = f.SendPacket, f.ForwardPacket
+        route_frames = registry.route_frames
+        forward_packet = f.ForwardPacket
         now = 0.0
         packets = nbytes = fwd_packets = fwd_bytes = meshed = 0
         for ev in events:
-            if type(ev) is Forwarded:  # from a peer relay, ready RecvPacket frames: delivered here or dropped
+            if type(ev) is Sends:  # this client's packets, ready RecvPacket frames per destination
+                packets += ev.packets
+                if not now:
+                    now = time.monotonic()
+                    registry.note_activity(self)
+                for dst, frames in ev.frames.items():
+                    n = sum(map(len, frames)) - len(frames) * _RECV_OVERHEAD
+                    nbytes += n
+                    sent, sent_bytes = route_frames(self, dst, frames, n, now)
+                    fwd_packets += sent
+                    fwd_bytes += sent_bytes
+            elif type(ev) is Forwarded:  # from a peer relay, ready RecvPacket frames: delivered here or dropped
                 meshed += ev.packets
                 active = registry.active
                 for dst, frames in ev.frames.items():
@@ -160,16 +174,6 @@ class RelayConn(Peer):
                     receiver.deliver(ev.src, ev.payload)
                     fwd_packets += 1
                     fwd_bytes += len(ev.payload)
-            elif type(ev) is send_packet:
-                n = len(ev.payload)
-                packets += 1
-                nbytes += n
-                if not now:
-                    now = time.monotonic()
-                    registry.note_activity(self)
-                if route(self, ev.dst, ev.payload, now):
-                    fwd_packets += 1
-                    fwd_bytes += n
             else:
                 self._event(ev)
                 if self.phase == "closed":
@@ -283,6 +287,18 @@ class RelayConn(Peer):
             self.flush()  # the socket is keeping up: a big read batch must not overflow the queue
         if self.queue.push_packet(frame, n):
             self._drop("queue_head")
+        if not self.flush_pending:
+            self._schedule_flush()
+
+    def deliver_frames_queued(self, frames: list[bytes]) -> None:
+        """Ready RecvPacket frames from one sender's read, queued as deliver() queues one packet."""
+        queue = self.queue
+        push = queue.push_packet
+        for frame in frames:
+            if not self.paused and queue.full():
+                self.flush()
+            if push(frame, len(frame) - _RECV_OVERHEAD):
+                self._drop("queue_head")
         if not self.flush_pending:
             self._schedule_flush()
 

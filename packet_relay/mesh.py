@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from burrow.wire.derp.frames import _HEADER, FORWARD_PACKET, KEY_LEN
+from burrow.wire.derp.frames import _HEADER, FORWARD_PACKET, FRAME_HEADER_LEN, KEY_LEN
 from burrow.wire.proxy_protocol import encode_v2
 
 from .interfaces import MeshHost
@@ -46,6 +46,7 @@ CONNECT_TIMEOUT = 10.0            # TCP + TLS + upgrade + DERP handshake
 PING_INTERVAL = 10.0              # a Ping this often; a link silent for 3 intervals is dead
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 5.0
 _pack_header = _HEADER.pack
+_RECV_OVERHEAD = FRAME_HEADER_LEN + KEY_LEN  # a RecvPacket frame's bytes before its payload
 FLUSH_AT = 64 * 1024              # bytes after which the link writes at once instead of at the end of the pass
 
 
@@ -118,6 +119,25 @@ class MeshLink(asyncio.Protocol):
         out += dst
         out += payload
         return self._queued(sender)
+
+    def forward_frames(self, src: bytes, dst: bytes, frames: list[bytes], sender=None) -> tuple[int, int]:
+        """forward() for one sender's packets to one key, given as RecvPacket frames (a client's Sends):
+        returns the packets and payload bytes queued."""
+        sent = nbytes = 0
+        keys = src + dst
+        for frame in frames:
+            out = self._out
+            if self.state != "live" or len(out) > MAX_BACKLOG:
+                self._refuse()
+                continue
+            payload = memoryview(frame)[_RECV_OVERHEAD:]
+            out += _pack_header(FORWARD_PACKET, 2 * KEY_LEN + len(payload))
+            out += keys
+            out += payload
+            sent += 1
+            nbytes += len(payload)
+            self._queued(sender)
+        return sent, nbytes
 
     def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes, sender=None) -> bool:
         """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""

@@ -18,6 +18,8 @@ from typing import Protocol
 
 from burrow.common.limits import TokenBucket
 from burrow.wire.derp.frames import (
+    FRAME_HEADER_LEN,
+    KEY_LEN,
     PEER_GONE_DISCONNECTED,
     PEER_GONE_IROH,
     PEER_GONE_NOT_HERE,
@@ -33,6 +35,7 @@ DISCO_MIN_LEN = 62
 MAX_SENT_TO = 4096          # receivers remembered per source for PeerGone
 NOT_HERE_RATE = 1.0         # PeerGone(NotHere) replies per second per sender, burst 3
 NOT_HERE_BURST = 3
+RECV_OVERHEAD = FRAME_HEADER_LEN + KEY_LEN  # a RecvPacket frame's bytes before its payload
 
 
 class RegistryPeer(Protocol):
@@ -58,7 +61,7 @@ class RegistryPeer(Protocol):
 class MeshRoutes(Protocol):
     """The mesh forwarding table as the registry uses it (mesh_table.ForwardingTable)."""
 
-    routes: dict      # key -> a link with forward(src, dst, payload) -> bool
+    routes: dict      # key -> a link with forward(src, dst, payload) -> bool and forward_frames (mesh.py)
     shadowed: set     # local keys a newer connection on a peer relay took over
 
     def local_arrived(self, key) -> None: ...
@@ -159,28 +162,30 @@ class Registry:
         if self._active.get(peer.key) is not peer and len(self._conns.get(peer.key, ())) > 1:
             self._active[peer.key] = peer
 
-    def route(self, sender: RegistryPeer, dst: bytes, payload: bytes, now: float) -> bool:
-        """Deliver one packet from `sender` to the active connection of `dst`.
-
-        The caller counts delivered packets into stats.packets/bytes (once per read batch: cheaper).
-        """
+    def route_frames(self, sender: RegistryPeer, dst: bytes, frames: list[bytes], nbytes: int,
+                     now: float) -> tuple[int, int]:
+        """Deliver packets from `sender` to the active connection of `dst` (or its mesh link), given as the
+        RecvPacket frames the receiver gets (wire Sends: one read's packets for one destination); `nbytes`
+        is their payload. Returns the packets and payload bytes that went on; the caller counts them into
+        stats.packets/bytes (once per read: cheaper)."""
         receiver = self._active.get(dst)
         if receiver is None or dst in self._shadowed:
             link = self._mesh_routes.get(dst)
             if link is not None:
-                return link.forward(sender.key, dst, payload, sender)
+                return link.forward_frames(sender.key, dst, frames, sender)
         if receiver is None:
-            self.stats.drops[(sender.protocol, "unknown_dest")] += 1
-            if looks_like_disco(payload):
-                self._reply_not_here(sender, dst, now)
-            return False
-        receiver.deliver(sender.key, payload)
+            self.stats.drops[(sender.protocol, "unknown_dest")] += len(frames)
+            for frame in frames:
+                if looks_like_disco(frame[RECV_OVERHEAD:]):
+                    self._reply_not_here(sender, dst, now)
+            return 0, 0
+        receiver.deliver_frames_queued(frames)
         seen = self._sent_to.get(sender.key)
         if seen is None:
             self._sent_to[sender.key] = {dst}
         elif dst not in seen and len(seen) < MAX_SENT_TO:
             seen.add(dst)
-        return True
+        return len(frames), nbytes
 
     def _reply_not_here(self, sender: RegistryPeer, dst: bytes, now: float) -> None:
         bucket = self._not_here.get(sender.key)

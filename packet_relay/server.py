@@ -25,6 +25,7 @@ from burrow.wire.derp.handshake import ServerInfoJSON, public_key
 
 from . import keys
 from .access import AccessControl
+from .coalesce import attach
 from .config import RelayConfig
 from .conn import RelayConn
 from .interfaces import ClosedConnection, Route
@@ -58,6 +59,7 @@ class RelayServer:
         self.conns: set[Peer] = set()
         self.ssl_context = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.coalescing = None  # the loop's CoalescingSelector while the relay runs on one
         self.https_port = self.http_port = self.stun_port = self.admin_port = 0
         self.ready = False
         self._stun_ephemeral = stun_ephemeral
@@ -125,6 +127,9 @@ class RelayServer:
     async def start(self) -> None:
         cfg = self.config
         self.loop = asyncio.get_running_loop()
+        self.coalescing = attach(self.loop, self.stats.forwarded)  # None unless on a coalescing loop
+        if self.coalescing is not None:
+            self.stats.wake_holds = lambda: self.coalescing.holds
         if cfg.https_port >= 0:
             cert, key = cfg.tls_cert, cfg.tls_key
             if cfg.dev_tls and not (cert and key):

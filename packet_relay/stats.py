@@ -53,12 +53,17 @@ class RelayStats:
         self.mesh_in = 0                                 # packets received from mesh peers
         self.mesh_held = 0                               # times a sender's reading paused for a slow mesh link
         self.stun_answered: Callable[[], int] = lambda: 0
+        self.wake_holds: Callable[[], int] = lambda: 0   # polls held by wake-up coalescing (coalesce.py)
         self.handshake_seconds: Histogram | None = None  # set by make_registry; observed once per handshake
         # interval totals for the `stats` event
         self._last_packets = 0
         self._last_bytes = 0
         self._last_drops: Counter[str] = Counter()
         self._last_stun = 0
+
+    def forwarded(self) -> int:
+        """Packets forwarded so far, every protocol (what adaptive wake-up coalescing follows)."""
+        return sum(self.packets.values())
 
     def drop(self, protocol: str, reason: str, n: int = 1) -> None:
         self.drops[(protocol, reason)] += n
@@ -120,6 +125,10 @@ class _Collector:
         stun = CounterMetricFamily("burrow_relay_stun_answered", "STUN binding requests answered")
         stun.add_metric([], s.stun_answered())
         yield stun
+        holds = CounterMetricFamily("burrow_relay_wake_holds", "Times the relay held its poll to gather more "
+                                    "packets per wake-up (--wake-coalesce-us)")
+        holds.add_metric([], s.wake_holds())
+        yield holds
         dup = CounterMetricFamily("burrow_relay_duplicate_connections", "Connections that duplicated a live key")
         dup.add_metric([], s.dup_conns)
         yield dup

@@ -1,14 +1,20 @@
-"""--wake-coalesce-us: the selector sleeps out the window after a wake-up, never past the loop's timeout
-nor when callbacks are ready, and a relay running on it forwards every packet in order."""
+"""Wake-up coalescing: the selector sleeps out the window after a wake-up, never past the loop's timeout
+nor when callbacks are ready, and a relay running on it forwards every packet in order. By default
+(adaptive) it holds only after wake-ups that forwarded many packets: a ping-pong flow is never held, a
+dense flow is."""
 
 import asyncio
+import contextlib
 import socket
+import threading
 
 import pytest
+from prometheus_client import generate_latest
 
-from burrow.packet_relay.coalesce import CoalescingSelector, loop_factory
+from burrow.packet_relay.coalesce import DENSE_PACKETS, TARGET_PACKETS, CoalescingSelector, loop_factory
+from burrow.wire.derp import frames as f
 
-from .derp_util import TIMEOUT, client, running_relay
+from .derp_util import TIMEOUT, RawClient, client, running_relay
 
 
 class FakeClock:
@@ -48,6 +54,43 @@ def test_selector_waits_out_the_window_within_the_loop_timeout():
         b.close()
 
 
+def test_adaptive_selector_holds_only_after_dense_passes_and_for_the_rate_seen():
+    clock = FakeClock()
+    forwarded = [0]
+    a, b = socket.socketpair()
+    sel = CoalescingSelector(0.003, clock=clock, sleep=clock.sleep, adaptive=True)
+    sel.packets = lambda: forwarded[0]
+    try:
+        sel.register(a, 1)  # EVENT_READ
+        b.send(b"x")
+        for _ in range(3):                                 # sparse: fewer than DENSE_PACKETS per pass
+            assert sel.select(None)
+            forwarded[0] += DENSE_PACKETS - 1
+            clock.now += 0.0002
+        assert sel.holds == 0 and clock.slept == []
+        assert sel.select(None)                            # a pass starts at t0
+        t0 = clock.now
+        forwarded[0] += TARGET_PACKETS // 3                # a third of the target in 2 ms: the window caps it
+        clock.now += 0.002
+        assert sel.select(None) and clock.slept == [pytest.approx(0.001)]  # until t0 + 3 ms
+        forwarded[0] += 2 * TARGET_PACKETS                 # twice the target in 1.2 ms: a 0.6 ms hold
+        clock.now += 0.0002
+        assert sel.select(None) and clock.slept[-1] == pytest.approx(t0 + 0.0036 - (t0 + 0.0032))
+        forwarded[0] += 50 * TARGET_PACKETS                # saturated: the pass outlasts its hold
+        clock.now += 0.002
+        assert sel.select(None) and len(clock.slept) == 2 and sel.holds == 2
+        forwarded[0] += TARGET_PACKETS
+        assert sel.select(0) and len(clock.slept) == 2     # callbacks ready: never delayed
+        assert all(s <= 0.003 for s in clock.slept)
+        sel.packets = None                                 # not attached to a relay: never holds
+        forwarded[0] += 10 * TARGET_PACKETS
+        assert sel.select(None) and sel.holds == 2
+    finally:
+        sel.close()
+        a.close()
+        b.close()
+
+
 def test_window_is_bounded():
     assert loop_factory(0) is asyncio.new_event_loop
     for bad in (-1, 10_001):
@@ -77,3 +120,69 @@ def test_relay_on_a_coalescing_loop_forwards_every_packet_in_order(tmp_path):
     with runner:
         runner.run(scenario())
     assert slept and max(slept) <= 0.002
+
+
+
+@contextlib.contextmanager
+def relay_in_its_own_thread(tmp_path):
+    """The relay on the default (adaptive) loop in a thread of its own, as in its own process: its passes
+    are its own work only, while the clients run on the test's loop."""
+    up, box = threading.Event(), {}
+
+    async def serve() -> None:
+        async with running_relay(tmp_path) as server:
+            box["server"], box["stop"], box["loop"] = server, asyncio.Event(), asyncio.get_running_loop()
+            up.set()
+            await box["stop"].wait()
+
+    def run() -> None:
+        try:
+            with asyncio.Runner(loop_factory=loop_factory(None)) as runner:
+                runner.run(serve())
+        finally:
+            up.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert up.wait(TIMEOUT) and "server" in box
+    try:
+        yield box["server"]
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(TIMEOUT)
+
+
+def test_adaptive_default_never_holds_a_ping_pong_flow_and_holds_a_dense_one(tmp_path):
+    """200 single-packet round trips through the relay's default loop are never held; 4 senders writing
+    64 packets at a time are, and every packet arrives in order."""
+
+    async def scenario(server) -> None:
+        sel = server.coalescing
+        a, b = await client(server), await client(server)
+        for i in range(200):
+            await a.send(b.public_key, i.to_bytes(2, "big") * 600)
+            src, got = await b.recv(TIMEOUT)
+            await b.send(src, got)
+            assert await a.recv(TIMEOUT) == (b.public_key, got)
+        assert server.stats.forwarded() == 400 and sel.holds == 0
+        senders = [await RawClient.open(server) for _ in range(4)]
+        receivers = [await client(server) for _ in range(4)]
+        for _ in range(10):
+            for s, r in zip(senders, receivers, strict=True):
+                s.writer.write(b"".join(f.header(f.SEND_PACKET, 32 + 1200) + r.public_key + i.to_bytes(2, "big") * 600
+                                        for i in range(64)))
+            for r in receivers:
+                got = [await r.recv(TIMEOUT) for _ in range(64)]
+                assert [int.from_bytes(p[:2], "big") for _, p in got] == list(range(64))
+        assert sel.holds > 0
+        assert server.stats.forwarded() == 400 + 10 * 4 * 64
+        scrape = generate_latest(server.prometheus).decode()
+        assert f"burrow_relay_wake_holds_total {float(sel.holds)}" in scrape
+        for c in (a, b, *receivers):
+            await c.close()
+        for s in senders:
+            s.close()
+
+    with relay_in_its_own_thread(tmp_path) as server:
+        assert server.config.wake_coalesce_us is None
+        asyncio.run(scenario(server))

@@ -108,6 +108,34 @@ async def test_peer_gone_after_disconnect_and_not_here(tmp_path):
         await b.close()
 
 
+async def test_one_write_to_many_destinations_reaches_each_in_order(tmp_path):
+    """A read holding packets for two receivers and an absent key, interleaved with a Ping: each receiver
+    gets its packets in order, the absent key's are counted one by one (a disco one answered NotHere),
+    and the Pong comes back."""
+    async with running_relay(tmp_path) as server:
+        a, b = await client(server), await client(server)
+        raw = await RawClient.open(server)
+        absent = os.urandom(32)
+        disco = "TS💬".encode() + bytes(60)
+        order = [(a.public_key, b"a%d" % i) if i % 3 else (b.public_key, b"b%d" % i) for i in range(60)]
+        data = b"".join(f.SendPacket(dst, p).encode() for dst, p in order[:30])
+        data += f.SendPacket(absent, b"lost").encode() + f.SendPacket(absent, disco).encode()
+        data += f.Ping(b"12345678").encode() + b"".join(f.SendPacket(dst, p).encode() for dst, p in order[30:])
+        raw.writer.write(data)
+        for receiver in (a, b):
+            want = [(raw.key, p) for dst, p in order if dst == receiver.public_key]
+            assert [await receiver.recv(TIMEOUT) for _ in want] == want
+        got = []
+        while f.Pong(b"12345678") not in got or not any(type(e) is f.PeerGone for e in got):
+            got += raw.machine.receive_data(await asyncio.wait_for(raw.reader.read(65536), TIMEOUT))
+        assert f.PeerGone(absent, f.PEER_GONE_NOT_HERE) in got
+        assert server.stats.drops[("derp", "unknown_dest")] == 2
+        assert server.stats.packets["derp"] == 60
+        raw.close()
+        await a.close()
+        await b.close()
+
+
 async def test_duplicate_keys_newest_then_last_writer_receives(tmp_path):
     async with running_relay(tmp_path) as server:
         key = os.urandom(32)

@@ -65,6 +65,16 @@ class Forwarded:
 
 
 @dataclass(frozen=True, slots=True)
+class Sends:
+    """SendPackets from the client (with `send_frames` on), already turned into the RecvPacket frames their
+    receivers get (the client's key as source): destination key -> frames in arrival order. One event
+    per run of consecutive SendPackets, so any other frame keeps its place between them."""
+
+    frames: dict[bytes, list[bytes]]
+    packets: int
+
+
+@dataclass(frozen=True, slots=True)
 class Connected:
     server_key: bytes
     info: ServerInfoJSON
@@ -72,7 +82,8 @@ class Connected:
 
 class ServerConnection:
     __slots__ = ("server_private", "server_public", "state", "deadline", "decoder", "client_key",
-                 "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "recv_frames", "_error")
+                 "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "recv_frames", "send_frames",
+                 "_error")
 
     def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
                  max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
@@ -89,6 +100,7 @@ class ServerConnection:
         self.unknown_frames = 0
         self.mesh_extensions = False  # set for a peer relay: burrow's ForwardIroh is decoded, not skipped
         self.recv_frames = False      # set for a peer relay: ForwardPackets come as Forwarded RecvPacket frames
+        self.send_frames = False      # SendPackets come as Sends of RecvPacket frames rather than one by one
         self._error: f.ProtocolError | None = None
 
     def greeting(self) -> bytes:
@@ -149,7 +161,8 @@ class ServerConnection:
         """Every complete frame in the buffer. The packet frames are cut straight out of the decoder's
         buffer (one copy each of key and payload) and built as tuples: this loop runs once per relayed
         packet. A frame the byte budget cannot pay for stays in the buffer for the next call. With
-        `recv_frames`, a run of ForwardPackets becomes one Forwarded event of ready RecvPacket frames."""
+        `recv_frames`, a run of ForwardPackets becomes one Forwarded event of ready RecvPacket frames; with
+        `send_frames`, a run of SendPackets one Sends event of them."""
         events: list = []
         append = events.append
         decoder, rate = self.decoder, self.rate
@@ -160,7 +173,10 @@ class ServerConnection:
         n = len(buf)
         view = memoryview(buf)
         recv_frames, join, pack = self.recv_frames, b"".join, f._HEADER.pack
-        batch: dict | None = None  # the frames of the open run of ForwardPackets, whose event goes at run_at
+        send_frames, src = self.send_frames, self.client_key
+        # the open run of ForwardPackets (Forwarded) or SendPackets (Sends): its frames, whose event goes at run_at
+        batch: dict | None = None
+        run: type = Forwarded
         batched = run_at = 0
         try:
             while n - pos >= hdr:
@@ -178,38 +194,52 @@ class ServerConnection:
                 if ftype == f.SEND_PACKET:  # the hot path
                     if length < key:
                         raise f.MalformedFrame("SendPacket: shorter than a key")
-                    if batch is not None:
-                        events[run_at], batch, batched = Forwarded(batch, batched), None, 0
-                    append(new(send_packet, (bytes(view[body:body + key]), bytes(view[body + key:end]))))
+                    if not send_frames:
+                        if batch is not None:
+                            events[run_at], batch = run(batch, batched), None
+                        append(new(send_packet, (bytes(view[body:body + key]), bytes(view[body + key:end]))))
+                        pos = end
+                        continue
+                    # our key + payload under a RecvPacket header: the payload is copied once
+                    frame = join((pack(f.RECV_PACKET, length), src, view[body + key:end]))
+                    dst, kind = bytes(view[body:body + key]), Sends
                 elif ftype == f.FORWARD_PACKET:  # the mesh's hot path
                     if length < 2 * key:
                         raise f.MalformedFrame("ForwardPacket: shorter than two keys")
-                    if recv_frames:  # src + payload under a RecvPacket header: the payload is copied once
-                        frame = join((pack(f.RECV_PACKET, length - key), view[body:body + key], view[body + 2 * key:end]))
-                        dst = bytes(view[body + key:body + 2 * key])
-                        if batch is None:
-                            batch, run_at = {dst: [frame]}, len(events)
-                            append(None)  # the run's Forwarded event, built when the run ends
-                        else:
-                            frames = batch.get(dst)
-                            if frames is None:
-                                batch[dst] = [frame]
-                            else:
-                                frames.append(frame)
-                        batched += 1
-                    else:
+                    if not recv_frames:
+                        if batch is not None:
+                            events[run_at], batch = run(batch, batched), None
                         append(new(forward_packet, (bytes(view[body:body + key]), bytes(view[body + key:body + 2 * key]),
                                                     bytes(view[body + 2 * key:end]))))
+                        pos = end
+                        continue
+                    # src + payload under a RecvPacket header: the payload is copied once
+                    frame = join((pack(f.RECV_PACKET, length - key), view[body:body + key], view[body + 2 * key:end]))
+                    dst, kind = bytes(view[body + key:body + 2 * key]), Forwarded
                 else:
                     if batch is not None:
-                        events[run_at], batch, batched = Forwarded(batch, batched), None, 0
+                        events[run_at], batch = run(batch, batched), None
                     self._control(ftype, bytes(view[body:end]), append)
+                    pos = end
+                    continue
+                if batch is None or run is not kind:  # a new run: its event goes here, built when it ends
+                    if batch is not None:
+                        events[run_at] = run(batch, batched)
+                    batch, run, batched, run_at = {dst: [frame]}, kind, 1, len(events)
+                    append(None)
+                else:
+                    frames = batch.get(dst)
+                    if frames is None:
+                        batch[dst] = [frame]
+                    else:
+                        frames.append(frame)
+                    batched += 1
                 pos = end
         finally:
             view.release()
             decoder.consume_to(pos)
             if batch is not None:
-                events[run_at] = Forwarded(batch, batched)
+                events[run_at] = run(batch, batched)
         return events
 
     def _control(self, ftype: int, payload: bytes, append) -> None:

@@ -14,6 +14,7 @@ from burrow.wire.derp.connection import (
     ClientHello,
     Connected,
     Forwarded,
+    Sends,
     ServerConnection,
     Throttled,
 )
@@ -111,6 +112,23 @@ def test_established_events_and_unknown_frames_skipped():
     assert server.unknown_frames == 1
 
 
+def recv_frames_per_destination(packets) -> dict:
+    """(dst, src, payload) -> the RecvPacket frames each destination gets, in order."""
+    want: dict = {}
+    for dst, src, payload in packets:
+        want.setdefault(dst, []).append(f.RecvPacket(src, payload).encode())
+    return want
+
+
+def merged(runs) -> dict:
+    """The frames of several Forwarded or Sends runs, per destination, in order."""
+    got: dict = {}
+    for run in runs:
+        for dst, frames in run.frames.items():
+            got.setdefault(dst, []).extend(frames)
+    return got
+
+
 def test_forwarded_frames_are_the_recv_packets_byte_for_byte_in_order():
     """A peer relay's ForwardPackets come out as the exact RecvPacket frames the slow path builds, per
     destination in arrival order, and a frame between two runs keeps its place between them."""
@@ -130,17 +148,7 @@ def test_forwarded_frames_are_the_recv_packets_byte_for_byte_in_order():
     assert before and after and all(type(e) is Forwarded for e in before + after)
 
     def expected(packets):
-        want: dict = {}
-        for p in packets:
-            want.setdefault(p.dst, []).append(f.RecvPacket(p.src, p.payload).encode())
-        return want
-
-    def merged(runs):
-        got: dict = {}
-        for run in runs:
-            for dst, frames in run.frames.items():
-                got.setdefault(dst, []).extend(frames)
-        return got
+        return recv_frames_per_destination((p.dst, p.src, p.payload) for p in packets)
 
     assert merged(before) == expected(first) and sum(r.packets for r in before) == len(first)
     assert merged(after) == expected(second) and sum(r.packets for r in after) == len(second)
@@ -148,6 +156,39 @@ def test_forwarded_frames_are_the_recv_packets_byte_for_byte_in_order():
     plain, client2 = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
     handshake(plain, client2)
     assert plain.receive_data(second[0].encode(), 1.0) == [second[0]]
+
+
+def test_sends_are_the_recv_packets_byte_for_byte_grouped_per_destination_in_order():
+    """With send_frames, a client's SendPackets come out as the RecvPacket frames their receivers get
+    (the client's key as source), per destination in arrival order; a frame between two runs, or a
+    ForwardPacket run, keeps its place between them."""
+    server, client = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
+    handshake(server, client)
+    server.send_frames = server.recv_frames = True
+    me, a, b = public_key(CLIENT), b"\xaa" * 32, b"\xbb" * 32
+    sizes = [0, 1, 31, 32, 33, 1200, 1500, 16 * 1024 - 69, 16 * 1024, 65535 - 32]
+    first = [((a, b)[i % 3 == 0], bytes([i]) * n) for i, n in enumerate(sizes)]
+    second = [(b, b"after the ping %d" % i) for i in range(3)]
+    fwd = f.ForwardPacket(b"\x5c" * 32, a, b"from a peer")
+    third = [(a, b"after the forward")]
+    data = (b"".join(client.send_packet(d, p) for d, p in first) + f.Ping(b"12345678").encode()
+            + b"".join(client.send_packet(d, p) for d, p in second) + fwd.encode()
+            + b"".join(client.send_packet(d, p) for d, p in third))
+    events = []
+    for i in range(0, len(data), 7000):  # any chunking
+        events += server.receive_data(data[i:i + 7000], 1.0)
+    kinds = [type(e) for e in events]
+    ping, forwarded = events.index(f.Ping(b"12345678")), kinds.index(Forwarded)
+    assert set(kinds[:ping]) == {Sends} and set(kinds[ping + 1:forwarded]) == {Sends}
+    assert kinds[forwarded + 1:] == [Sends]
+
+    def expected(packets):
+        return recv_frames_per_destination((dst, me, payload) for dst, payload in packets)
+
+    for runs, packets in ((events[:ping], first), (events[ping + 1:forwarded], second),
+                          (events[forwarded + 1:], third)):
+        assert merged(runs) == expected(packets) and sum(r.packets for r in runs) == len(packets)
+    assert events[forwarded].frames == {a: [f.RecvPacket(fwd.src, fwd.payload).encode()]}
 
 
 def test_packet_size_limit_after_handshake():
