@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from burrow.client.dilation import upgrade
 from burrow.client.dilation.connection import (
     KCM,
     SEQUENCED,
@@ -52,7 +53,7 @@ from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, 
 from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, UpgradePolicy
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
-from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location, probe_direct
+from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
 from burrow.client.dilation.versions import STOP_EXTENSION, UPGRADE_EXTENSION, peer_extensions
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,6 @@ LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotoc
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
 DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
-PROBE_PUNCH_TIMEOUT = 3.0  # seconds an upgrade look waits for a direct UDP path before its QUIC rate probe
-MIN_RATE_BYTES = 1024 * 1024  # bytes the relay must have moved since the last look for its rate to count
 # ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
 # otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
 ACK_EVERY_BYTES = 2 * 1024 * 1024
@@ -316,53 +315,7 @@ class Dilation:
         if self.manager.leader and self._peer_upgrades:
             self._upgrade.connected(now, relayed=p.attempt.via_relay)
             if self._upgrade.next_probe() is not None:
-                self._spawn(self._look_for_direct(p, connector))
-
-    async def _look_for_direct(self, p: L2Protocol, connector: Connector) -> None:
-        """Leader over the relay: on the policy's schedule, probe the peer's direct hints, then (with a DERP
-        relay on both sides) measure a punched UDP path's QUIC rate against the relay's observed rate. When a
-        direct TCP hint connects, or QUIC is measured faster, drop the relayed connection: the next generation
-        races again (direct TCP wins at once; a measured-faster QUIC beats the relay), and L3 re-sends every
-        unacknowledged record on it, so the subchannels lose no byte."""
-        policy = self._upgrade
-        mark = (self._loop.time(), p.moved)
-        while self.connection is p and policy.next_probe() is not None:
-            await asyncio.sleep(max(0.0, policy.next_probe() - self._loop.time()))
-            if self.connection is not p or not policy.due(self._loop.time()):
-                continue
-            now = self._loop.time()
-            moved = p.moved - mark[1]  # the relay's rate since the last look; too few bytes: not known
-            relay_rate = moved / (now - mark[0]) if moved >= MIN_RATE_BYTES and now > mark[0] else None
-            if await probe_direct(connector.peer_direct) and self.connection is p and policy.better(quic=False):
-                log.info("dilation: a direct path answers; leaving %s for a new generation", p.attempt.description)
-                self.counters["upgrades"] += 1
-                p.drop()
-                return
-            quic_rate = await self._probe_quic()
-            self.rates = {"relay": relay_rate, "quic": quic_rate}
-            if quic_rate is not None and self.connection is p and policy.better(
-                    quic=True, candidate_rate=quic_rate, current_rate=relay_rate):
-                log.info("dilation: QUIC measured %.0f B/s against the relay's %.0f; leaving %s", quic_rate,
-                         relay_rate, p.attempt.description)
-                self._prefer_quic = True
-                self.counters["upgrades"] += 1
-                p.drop()
-                return
-            mark = (self._loop.time(), p.moved)
-
-    async def _probe_quic(self) -> float | None:
-        """Bytes per second of a bounded QUIC burst on the punched UDP path to the peer, or None (no DERP
-        relay on both sides, no direct UDP path, or no answer in time)."""
-        hint = self._peer_disco
-        if hint is None or self._disco is None or not self._disco.done() or self._disco.cancelled() \
-                or self._disco.exception() is not None:
-            return None
-        link = self._disco.result()
-        addr = await link.punch(hint, timeout=PROBE_PUNCH_TIMEOUT)
-        if addr is None or self.connection is None:
-            return None
-        self.counters["quic_probes"] += 1
-        return await link.measure(addr)
+                self._spawn(upgrade.look_for_direct(self, p, connector))
 
     def on_connection_lost(self, p: L2Protocol) -> None:
         if p is not self.connection:
