@@ -54,7 +54,12 @@ from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, Upgr
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
-from burrow.client.dilation.versions import STOP_EXTENSION, UPGRADE_EXTENSION, peer_extensions
+from burrow.client.dilation.versions import (
+    RELAY_FIRST_EXTENSION,
+    STOP_EXTENSION,
+    UPGRADE_EXTENSION,
+    peer_extensions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,10 @@ log = logging.getLogger(__name__)
 MAX_RECORD_PAYLOAD = 65462
 READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the connection pauses (x2)
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
+# seconds a relay-first generation searches for a direct path behind its relayed connection (the Follower a
+# little longer: the Leader decides, and the Follower's half of the new connection must still be there)
+SEARCH_BEHIND = 10.0
+FOLLOWER_SEARCH_MARGIN = 5.0
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
 DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
@@ -115,7 +124,8 @@ class Dilation:
         self.status = DilationStatus("waiting", 0)
         self.connection: L2Protocol | None = None
         self._connector: Connector | None = None
-        self._probed: Connector | None = None  # a connected generation whose listeners await upgrade probes
+        # a connected generation whose listeners await upgrade probes, or that searches behind the relay
+        self._probed: Connector | None = None
         self._keepalive: Keepalive | None = None
         self._ka_timer: asyncio.TimerHandle | None = None
         self._gen_timer: asyncio.TimerHandle | None = None
@@ -135,6 +145,7 @@ class Dilation:
         self._tasks: set[asyncio.Task] = set()
         self._peer_takes_stop = False  # the peer offered the stop-v1 extension
         self._peer_upgrades = False  # the peer offered upgrade-v1: leave the relay for a direct path mid-transfer
+        self._relay_first = False  # the peer offered relay-first-v1 too: no head start, search behind the relay
         self._upgrade = UpgradePolicy(interval=upgrade_interval, quic_margin=quic_margin)
         self._peer_disco: tuple | None = None  # the peer's derp-disco-v1 hint, parsed (disco_link.parse_hint)
         self._prefer_quic = False  # a QUIC probe beat the relay: later generations take QUIC over relayed TCP
@@ -148,6 +159,7 @@ class Dilation:
     def start(self, peer_versions: dict) -> None:
         self._peer_takes_stop = STOP_EXTENSION in peer_extensions(peer_versions)
         self._peer_upgrades = UPGRADE_EXTENSION in peer_extensions(peer_versions)
+        self._relay_first = self._peer_upgrades and RELAY_FIRST_EXTENSION in peer_extensions(peer_versions)
         self._run(self.manager.start(peer_versions))
 
     def received_message(self, plaintext: bytes) -> None:
@@ -175,6 +187,9 @@ class Dilation:
                     self._connector.use_hints(a.hints)
             elif isinstance(a, LateHints):
                 self._note_peer_disco(a.hints)
+                c = self._probed
+                if c is not None and c.generation == a.generation and c.searching:
+                    c.use_hints(a.hints)  # e.g. the peer's STUN or port-mapping hint, after the relay won
             elif isinstance(a, Abandon):
                 if self.connection is not None:
                     self.connection.drop()
@@ -225,18 +240,40 @@ class Dilation:
 
     def _start_generation(self, generation: int) -> None:
         self._ensure_role()
+        carried = self._probed.hand_over() if self._probed is not None and self._probed.searching else []
         self._stop_generation()
         version = self.manager.version or "ged"
         c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
                       codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
                       listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
                       max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen,
-                      prefer_quic=self._prefer_quic)
+                      prefer_quic=self._prefer_quic, relay_first=self._relay_first)
         c.keep_listening = self._peer_upgrades and not self.manager.leader
+        c.adopt(carried)
         self._connector = c
         self._spawn(c.start())
         if self.manager.leader:
             self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
+
+    def _end_search(self, c: Connector) -> None:
+        """The relay-first search found nothing in time: stop dialling (a Follower keeps its listeners for the
+        Leader's upgrade probes, as after any relayed win)."""
+        if self._probed is c and c.searching:
+            c.stop(keep=c.winner)
+            if not (c.keep_listening and c.winner is self.connection):
+                c.close_listeners()
+                self._probed = None
+
+    def direct_found(self, c: Connector, p: L2Protocol) -> None:
+        """Leader, relay-first: a direct attempt completed its handshake behind the relayed connection. Leave
+        the relay once: the next generation adopts this attempt and selects it at once, and L4 re-sends every
+        unacknowledged record on it. Refused (the relay runs on) past UpgradePolicy's moves."""
+        cur = self.connection
+        if c is not self._probed or cur is None or cur is not c.winner or not self._upgrade.better(quic=False):
+            return
+        log.info("dilation: %s is ready; leaving %s for it", p.attempt.description, cur.attempt.description)
+        self.counters["upgrades"] += 1
+        cur.drop()
 
     def _generation_expired(self, c: Connector) -> None:
         if self._connector is c and c.winner is None:
@@ -249,10 +286,15 @@ class Dilation:
             self._gen_timer.cancel()
             self._gen_timer = None
         if self._probed is not None:
+            self._probed.stop(keep=self._probed.winner)
             self._probed.close_listeners()
             self._probed = None
         c, self._connector = self._connector, None
-        if c is not None:
+        if c is not None and connected and c.searching and c.winner is self.connection:
+            self._probed = c
+            window = SEARCH_BEHIND + (0.0 if self.manager.leader else FOLLOWER_SEARCH_MARGIN)
+            self._loop.call_later(window, self._end_search, c)
+        elif c is not None:
             c.stop(keep=c.winner)
             if connected and c.keep_listening and c.winner is not None and c.winner is self.connection:
                 self._probed = c
