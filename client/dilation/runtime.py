@@ -69,10 +69,6 @@ log = logging.getLogger(__name__)
 MAX_RECORD_PAYLOAD = 65462
 READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the connection pauses (x2)
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
-# seconds a relay-first generation searches for a direct path behind its relayed connection (the Follower a
-# little longer: the Leader decides, and the Follower's half of the new connection must still be there)
-SEARCH_BEHIND = 10.0
-FOLLOWER_SEARCH_MARGIN = 5.0
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
 DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
@@ -255,25 +251,8 @@ class Dilation:
         if self.manager.leader:
             self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
 
-    def _end_search(self, c: Connector) -> None:
-        """The relay-first search found nothing in time: stop dialling (a Follower keeps its listeners for the
-        Leader's upgrade probes, as after any relayed win)."""
-        if self._probed is c and c.searching:
-            c.stop(keep=c.winner)
-            if not (c.keep_listening and c.winner is self.connection):
-                c.close_listeners()
-                self._probed = None
-
     def direct_found(self, c: Connector, p: L2Protocol) -> None:
-        """Leader, relay-first: a direct attempt completed its handshake behind the relayed connection. Leave
-        the relay once: the next generation adopts this attempt and selects it at once, and L4 re-sends every
-        unacknowledged record on it. Refused (the relay runs on) past UpgradePolicy's moves."""
-        cur = self.connection
-        if c is not self._probed or cur is None or cur is not c.winner or not self._upgrade.better(quic=False):
-            return
-        log.info("dilation: %s is ready; leaving %s for it", p.attempt.description, cur.attempt.description)
-        self.counters["upgrades"] += 1
-        cur.drop()
+        upgrade.take_direct(self, c, p)
 
     def _generation_expired(self, c: Connector) -> None:
         if self._connector is c and c.winner is None:
@@ -292,8 +271,8 @@ class Dilation:
         c, self._connector = self._connector, None
         if c is not None and connected and c.searching and c.winner is self.connection:
             self._probed = c
-            window = SEARCH_BEHIND + (0.0 if self.manager.leader else FOLLOWER_SEARCH_MARGIN)
-            self._loop.call_later(window, self._end_search, c)
+            window = upgrade.SEARCH_BEHIND + (0.0 if self.manager.leader else upgrade.FOLLOWER_SEARCH_MARGIN)
+            self._loop.call_later(window, upgrade.end_search, self, c)
         elif c is not None:
             c.stop(keep=c.winner)
             if connected and c.keep_listening and c.winner is not None and c.winner is self.connection:

@@ -1,5 +1,7 @@
-"""The Leader's search for a better path while a generation runs over the transit relay (peers that list
-upgrade-v1): probe the peer's direct TCP hints, and measure a punched UDP path's QUIC rate against the relay's.
+"""The search for a better path while a generation runs over the transit relay (peers that list upgrade-v1):
+relay-first generations keep their own direct attempts going behind the relay for a while (take_direct,
+end_search); then the Leader probes the peer's direct TCP hints and measures a punched UDP path's QUIC rate
+against the relay's (look_for_direct).
 
 in:  the runtime (runtime.Dilation) with its selected relayed connection, the generation's Connector
 out: the relayed connection dropped when a better path exists (the next generation races again, and L4
@@ -21,6 +23,10 @@ log = logging.getLogger(__name__)
 
 PROBE_PUNCH_TIMEOUT = 3.0  # seconds an upgrade look waits for a direct UDP path before its QUIC rate probe
 MIN_RATE_BYTES = 1024 * 1024  # bytes the relay must have moved since the last look for its rate to count
+# seconds a relay-first generation searches for a direct path behind its relayed connection (the Follower a
+# little longer: the Leader decides, and the Follower's half of the new connection must still be there)
+SEARCH_BEHIND = 10.0
+FOLLOWER_SEARCH_MARGIN = 5.0
 
 
 async def look_for_direct(d: Dilation, p: L2Protocol, connector: Connector) -> None:
@@ -68,3 +74,25 @@ async def probe_quic(d: Dilation) -> float | None:
         return None
     d.counters["quic_probes"] += 1
     return await link.measure(addr)
+
+
+def take_direct(d: Dilation, c: Connector, p: L2Protocol) -> None:
+    """Leader, relay-first: a direct attempt completed its handshake behind the relayed connection. Leave
+    the relay once: the next generation adopts this attempt and selects it at once, and L4 re-sends every
+    unacknowledged record on it. Refused (the relay runs on) past UpgradePolicy's moves."""
+    cur = d.connection
+    if c is not d._probed or cur is None or cur is not c.winner or not d._upgrade.better(quic=False):
+        return
+    log.info("dilation: %s is ready; leaving %s for it", p.attempt.description, cur.attempt.description)
+    d.counters["upgrades"] += 1
+    cur.drop()
+
+
+def end_search(d: Dilation, c: Connector) -> None:
+    """The relay-first search found nothing in time: stop dialling (a Follower keeps its listeners for the
+    Leader's upgrade probes, as after any relayed win)."""
+    if d._probed is c and c.searching:
+        c.stop(keep=c.winner)
+        if not (c.keep_listening and c.winner is d.connection):
+            c.close_listeners()
+            d._probed = None
