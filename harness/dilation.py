@@ -15,6 +15,39 @@ from pathlib import Path
 
 PEER = Path(__file__).resolve().parents[1] / "tests" / "interop" / "mw_dilation_peer.py"
 BLOCK = os.urandom(1024 * 1024)
+CHUNK = bytes(range(256)) * 1024  # 256 KiB
+MAX_CHUNKS = 2000  # the paced sender's bound (500 MB)
+
+
+async def paced_until(da, db, moved) -> tuple[str, str]:
+    """Leader to Follower on a "paced" subchannel of two dilated peers, 256 KiB at a time, until `moved()`
+    holds (bounded), then 32 chunks more: (SHA-256 of what was sent, SHA-256 of what the Follower read)."""
+    leader, follower = (da, db) if da.leader else (db, da)
+    listener = follower.listen("paced")
+    (_r, w), (fr, _fw) = await asyncio.gather(leader.open("paced"), listener.accept())
+    sent = hashlib.sha256()
+
+    async def sink() -> str:
+        h = hashlib.sha256()
+        while chunk := await fr.read(1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+
+    got = asyncio.ensure_future(sink())
+    extra = None
+    for _ in range(MAX_CHUNKS):
+        w.write(CHUNK)
+        sent.update(CHUNK)
+        await w.drain()
+        await asyncio.sleep(0.002)
+        if extra is None and moved():
+            extra = 32
+        elif extra is not None:
+            extra -= 1
+            if extra == 0:
+                break
+    w.close()
+    return sent.hexdigest(), await asyncio.wait_for(got, 120)
 
 
 async def send_blob(reader, writer, size: int, verify: bool = True) -> tuple[str, str]:

@@ -64,6 +64,12 @@ def parse_hint(h) -> tuple[str, bytes, bytes, list] | None:
     return h["url"], derp_key, disco_key, eps
 
 
+def _import_quic() -> None:
+    from ..derp import client  # noqa: F401
+    from ..nat import disco  # noqa: F401
+    from . import quic_path  # noqa: F401
+
+
 class DiscoLink:
     """Our DERP client, Disco endpoint and QUIC connections, shared by every generation of one Dilation."""
 
@@ -76,6 +82,9 @@ class DiscoLink:
         self._quic = None  # the quic_path module, imported only when punching is configured
 
     async def start(self) -> None:
+        # aioquic, cryptography and the DERP client take about a second to import on a loaded machine: in a
+        # thread, so the event loop goes on with the generation's TCP dials and handshakes meanwhile
+        await asyncio.to_thread(_import_quic)
         from ..derp.client import DerpClient
         from ..nat.disco import DiscoEndpoint
         from . import quic_path

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from burrow.client.dilation import upgrade
 from burrow.client.dilation.connection import (
     KCM,
     SEQUENCED,
@@ -52,8 +53,13 @@ from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, 
 from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, UpgradePolicy
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
-from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location, probe_direct
-from burrow.client.dilation.versions import STOP_EXTENSION, UPGRADE_EXTENSION, peer_extensions
+from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
+from burrow.client.dilation.versions import (
+    RELAY_FIRST_EXTENSION,
+    STOP_EXTENSION,
+    UPGRADE_EXTENSION,
+    peer_extensions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +72,6 @@ LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotoc
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
 DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
-PROBE_PUNCH_TIMEOUT = 3.0  # seconds an upgrade look waits for a direct UDP path before its QUIC rate probe
-MIN_RATE_BYTES = 1024 * 1024  # bytes the relay must have moved since the last look for its rate to count
 # ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
 # otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
 ACK_EVERY_BYTES = 2 * 1024 * 1024
@@ -116,7 +120,8 @@ class Dilation:
         self.status = DilationStatus("waiting", 0)
         self.connection: L2Protocol | None = None
         self._connector: Connector | None = None
-        self._probed: Connector | None = None  # a connected generation whose listeners await upgrade probes
+        # a connected generation whose listeners await upgrade probes, or that searches behind the relay
+        self._probed: Connector | None = None
         self._keepalive: Keepalive | None = None
         self._ka_timer: asyncio.TimerHandle | None = None
         self._gen_timer: asyncio.TimerHandle | None = None
@@ -136,6 +141,7 @@ class Dilation:
         self._tasks: set[asyncio.Task] = set()
         self._peer_takes_stop = False  # the peer offered the stop-v1 extension
         self._peer_upgrades = False  # the peer offered upgrade-v1: leave the relay for a direct path mid-transfer
+        self._relay_first = False  # the peer offered relay-first-v1 too: no head start, search behind the relay
         self._upgrade = UpgradePolicy(interval=upgrade_interval, quic_margin=quic_margin)
         self._peer_disco: tuple | None = None  # the peer's derp-disco-v1 hint, parsed (disco_link.parse_hint)
         self._prefer_quic = False  # a QUIC probe beat the relay: later generations take QUIC over relayed TCP
@@ -149,6 +155,7 @@ class Dilation:
     def start(self, peer_versions: dict) -> None:
         self._peer_takes_stop = STOP_EXTENSION in peer_extensions(peer_versions)
         self._peer_upgrades = UPGRADE_EXTENSION in peer_extensions(peer_versions)
+        self._relay_first = self._peer_upgrades and RELAY_FIRST_EXTENSION in peer_extensions(peer_versions)
         self._run(self.manager.start(peer_versions))
 
     def received_message(self, plaintext: bytes) -> None:
@@ -176,6 +183,9 @@ class Dilation:
                     self._connector.use_hints(a.hints)
             elif isinstance(a, LateHints):
                 self._note_peer_disco(a.hints)
+                c = self._probed
+                if c is not None and c.generation == a.generation and c.searching:
+                    c.use_hints(a.hints)  # e.g. the peer's STUN or port-mapping hint, after the relay won
             elif isinstance(a, Abandon):
                 if self.connection is not None:
                     self.connection.drop()
@@ -226,18 +236,23 @@ class Dilation:
 
     def _start_generation(self, generation: int) -> None:
         self._ensure_role()
+        carried = self._probed.hand_over() if self._probed is not None and self._probed.searching else []
         self._stop_generation()
         version = self.manager.version or "ged"
         c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
                       codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
                       listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
                       max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen,
-                      prefer_quic=self._prefer_quic)
+                      prefer_quic=self._prefer_quic, relay_first=self._relay_first)
         c.keep_listening = self._peer_upgrades and not self.manager.leader
+        c.adopt(carried)
         self._connector = c
         self._spawn(c.start())
         if self.manager.leader:
             self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
+
+    def direct_found(self, c: Connector, p: L2Protocol) -> None:
+        upgrade.take_direct(self, c, p)
 
     def _generation_expired(self, c: Connector) -> None:
         if self._connector is c and c.winner is None:
@@ -250,10 +265,15 @@ class Dilation:
             self._gen_timer.cancel()
             self._gen_timer = None
         if self._probed is not None:
+            self._probed.stop(keep=self._probed.winner)
             self._probed.close_listeners()
             self._probed = None
         c, self._connector = self._connector, None
-        if c is not None:
+        if c is not None and connected and c.searching and c.winner is self.connection:
+            self._probed = c
+            window = upgrade.SEARCH_BEHIND + (0.0 if self.manager.leader else upgrade.FOLLOWER_SEARCH_MARGIN)
+            self._loop.call_later(window, upgrade.end_search, self, c)
+        elif c is not None:
             c.stop(keep=c.winner)
             if connected and c.keep_listening and c.winner is not None and c.winner is self.connection:
                 self._probed = c
@@ -316,53 +336,7 @@ class Dilation:
         if self.manager.leader and self._peer_upgrades:
             self._upgrade.connected(now, relayed=p.attempt.via_relay)
             if self._upgrade.next_probe() is not None:
-                self._spawn(self._look_for_direct(p, connector))
-
-    async def _look_for_direct(self, p: L2Protocol, connector: Connector) -> None:
-        """Leader over the relay: on the policy's schedule, probe the peer's direct hints, then (with a DERP
-        relay on both sides) measure a punched UDP path's QUIC rate against the relay's observed rate. When a
-        direct TCP hint connects, or QUIC is measured faster, drop the relayed connection: the next generation
-        races again (direct TCP wins at once; a measured-faster QUIC beats the relay), and L3 re-sends every
-        unacknowledged record on it, so the subchannels lose no byte."""
-        policy = self._upgrade
-        mark = (self._loop.time(), p.moved)
-        while self.connection is p and policy.next_probe() is not None:
-            await asyncio.sleep(max(0.0, policy.next_probe() - self._loop.time()))
-            if self.connection is not p or not policy.due(self._loop.time()):
-                continue
-            now = self._loop.time()
-            moved = p.moved - mark[1]  # the relay's rate since the last look; too few bytes: not known
-            relay_rate = moved / (now - mark[0]) if moved >= MIN_RATE_BYTES and now > mark[0] else None
-            if await probe_direct(connector.peer_direct) and self.connection is p and policy.better(quic=False):
-                log.info("dilation: a direct path answers; leaving %s for a new generation", p.attempt.description)
-                self.counters["upgrades"] += 1
-                p.drop()
-                return
-            quic_rate = await self._probe_quic()
-            self.rates = {"relay": relay_rate, "quic": quic_rate}
-            if quic_rate is not None and self.connection is p and policy.better(
-                    quic=True, candidate_rate=quic_rate, current_rate=relay_rate):
-                log.info("dilation: QUIC measured %.0f B/s against the relay's %.0f; leaving %s", quic_rate,
-                         relay_rate, p.attempt.description)
-                self._prefer_quic = True
-                self.counters["upgrades"] += 1
-                p.drop()
-                return
-            mark = (self._loop.time(), p.moved)
-
-    async def _probe_quic(self) -> float | None:
-        """Bytes per second of a bounded QUIC burst on the punched UDP path to the peer, or None (no DERP
-        relay on both sides, no direct UDP path, or no answer in time)."""
-        hint = self._peer_disco
-        if hint is None or self._disco is None or not self._disco.done() or self._disco.cancelled() \
-                or self._disco.exception() is not None:
-            return None
-        link = self._disco.result()
-        addr = await link.punch(hint, timeout=PROBE_PUNCH_TIMEOUT)
-        if addr is None or self.connection is None:
-            return None
-        self.counters["quic_probes"] += 1
-        return await link.measure(addr)
+                self._spawn(upgrade.look_for_direct(self, p, connector))
 
     def on_connection_lost(self, p: L2Protocol) -> None:
         if p is not self.connection:

@@ -260,7 +260,8 @@ class Connector:
 
     def __init__(self, runtime, generation: int, *, leader: bool, side: str, key: bytes, codec_factory,
                  relay: tuple[str, int] | None, listen: bool, listen_addresses: list[str] | None,
-                 relay_delay: float, max_frame: int, nat=None, simopen: bool = False, prefer_quic: bool = False):
+                 relay_delay: float, max_frame: int, nat=None, simopen: bool = False, prefer_quic: bool = False,
+                 relay_first: bool = False):
         self.runtime = runtime
         self.generation = generation
         self.leader = leader
@@ -268,7 +269,9 @@ class Connector:
         self._relay = relay
         self._listen = listen
         self._listen_addresses = listen_addresses
-        self._relay_delay = relay_delay
+        # relay-first (burrow peers): no head start; after a relayed win the direct attempts go on (searching)
+        self.relay_first = relay_first
+        self._relay_delay = 0.0 if relay_first else relay_delay
         self._max_frame = max_frame
         self.attempts: set[L2Protocol] = set()
         self._servers: list[asyncio.base_events.Server] = []
@@ -276,7 +279,7 @@ class Connector:
         self._dialled: set[tuple[str, int, bool]] = set()
         self._direct_known = listen
         loop = asyncio.get_running_loop()
-        self._selector = Selector(now=loop.time(), relay_head_start=relay_delay,
+        self._selector = Selector(now=loop.time(), relay_head_start=self._relay_delay,
                                   prefer_quic=prefer_quic) if leader else None
         self._select_timer: asyncio.TimerHandle | None = None
         self.winner: L2Protocol | None = None
@@ -304,8 +307,31 @@ class Connector:
         return Attempt(self._key, leader=self.leader, side=self._side, via_relay=via_relay, direct=direct,
                        description=description, codec=self._codec_factory(), max_frame=self._max_frame, quic=quic)
 
+    @property
+    def searching(self) -> bool:
+        """Relay-first: the relayed connection won and the direct attempts go on behind it."""
+        return self.winner is not None and not self.stopped
+
+    def hand_over(self) -> list[L2Protocol]:
+        """The live direct TCP attempts, taken out of this (searching) generation for the next one."""
+        live = [p for p in self.attempts if p.attempt.direct and not p.attempt.quic and not p.closed
+                and p.attempt.state != "failed" and p is not self.winner]
+        self.attempts.difference_update(live)
+        return live
+
+    def adopt(self, carried: list[L2Protocol]) -> None:
+        """Take over attempts the previous generation found while searching behind its relayed connection."""
+        for p in carried:
+            p.connector = self
+            self.attempts.add(p)
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.leader:  # an adopted attempt that finished its handshake: a direct candidate now
+            for p in [p for p in self.attempts if p.attempt.state == "viable"]:
+                self.viable(p)
+        if self.stopped:
+            return
         if self._listen:
             def factory():
                 return L2Protocol(self, self._attempt(via_relay=False, direct=True, description="direct inbound"))
@@ -334,13 +360,14 @@ class Connector:
             self._dial(self._relay[0], self._relay[1], via_relay=True,
                        delay=self._relay_delay if self._direct_known else 0.0)
         link = await self.runtime.disco_link()
-        if link is not None and not self.stopped:
+        if link is not None and not self.stopped and self.winner is None:
             self._link = link
             if not self.leader:
                 link.accept(self._quic_protocol)
             self.runtime.send_hints([link.hint()])
             self._maybe_punch()
-        elif link is not None and self.winner is not None and self.winner.runtime is not None:
+        elif link is not None and self.winner is not None and self.winner.runtime is not None and \
+                not self.winner.attempt.quic:
             self.runtime.send_hints([link.hint()])  # won already (the relay): for the Leader's QUIC rate probes
             self.runtime.know_peer_disco()
 
@@ -391,12 +418,12 @@ class Connector:
         for host, port, _ in direct:
             if (host, port) not in self.peer_direct and len(self.peer_direct) < MAX_PROBE_HINTS:
                 self.peer_direct.append((host, port))
-        if self.stopped or self.winner is not None:
+        if self.stopped:
             return
         self._direct_known = self._direct_known or bool(direct)
         for h in hints:
             peer_disco = disco_link.parse_hint(h)
-            if peer_disco is not None and self._peer_disco is None:
+            if peer_disco is not None and self._peer_disco is None and self.winner is None:
                 self._peer_disco = peer_disco
                 self._maybe_punch()
         for delay, host, port, via_relay in dial_delays(direct, relays, direct_possible=self._direct_known,
@@ -420,7 +447,7 @@ class Connector:
     async def _connect(self, host: str, port: int, via_relay: bool, delay: float) -> None:
         if delay:
             await asyncio.sleep(delay)
-        if self.stopped or self.winner is not None:
+        if self.stopped or (self.winner is not None and (via_relay or not self.relay_first)):
             return
         kind = "relay" if via_relay else "direct"
         desc = f"{kind} tcp:{host}:{port}"
@@ -431,7 +458,7 @@ class Connector:
         try:
             if self._simopen and not via_relay and self._listen_port is not None and _is_ip(host):
                 sock = await dial_from(self._listen_port, host, port, CONNECT_TIMEOUT)
-                if self.stopped or self.winner is not None:
+                if self.stopped or (self.winner is not None and not self.relay_first):
                     sock.close()
                     return
                 await loop.create_connection(factory, sock=sock)
@@ -448,6 +475,10 @@ class Connector:
 
     def viable(self, p: L2Protocol) -> None:
         if self.stopped or self._selector is None:
+            return
+        if self.winner is not None:  # searching behind the relay: a direct path is ready to take over
+            if p.attempt.direct and not p.attempt.quic:
+                self.runtime.direct_found(self, p)
             return
         loop = asyncio.get_running_loop()
         chosen = self._selector.candidate(p.attempt, loop.time(), self._direct_alive(), self._tcp_alive(),
@@ -491,8 +522,25 @@ class Connector:
         self.winner = p
         if self.leader:
             p.transport.write(p.attempt.select())
-        self.stop(keep=p)
+        if self.relay_first and p.attempt.via_relay:
+            self._search_behind(p)
+        else:
+            self.stop(keep=p)
         self.runtime.on_connection_made(self, p)
+
+    def _search_behind(self, relayed: L2Protocol) -> None:
+        """Relay-first: the relayed connection carries the data while direct TCP dials, listeners and
+        handshakes go on; other relayed and QUIC attempts end (QUIC is only taken on a measured rate)."""
+        if self._select_timer:
+            self._select_timer.cancel()
+            self._select_timer = None
+        for t in self._quic_tasks:
+            t.cancel()
+        if self._link is not None and not self.leader:
+            self._link.accept(None)
+        for p in list(self.attempts):
+            if p is not relayed and (p.attempt.via_relay or p.attempt.quic):
+                p.drop()
 
     def stop(self, keep: L2Protocol | None = None) -> None:
         self.stopped = True

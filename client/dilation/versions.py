@@ -13,7 +13,10 @@ STOP_EXTENSION = "stop-v1"
 # "upgrade-v1": while connected over the transit relay the Leader looks for a direct path and moves to it in a
 # new generation, and the Follower keeps that generation's listener open for the Leader's probes
 UPGRADE_EXTENSION = "upgrade-v1"
-EXTENSIONS = [STOP_EXTENSION, UPGRADE_EXTENSION]
+# "relay-first-v1" (with upgrade-v1): the relay is dialled at once and may carry the first bytes; the generation's
+# direct attempts go on behind it, and one that completes its handshake moves the traffic in a new generation
+RELAY_FIRST_EXTENSION = "relay-first-v1"
+EXTENSIONS = [STOP_EXTENSION, UPGRADE_EXTENSION, RELAY_FIRST_EXTENSION]
 
 
 def versions_fields(versions: tuple[str, ...] = SUPPORTED_VERSIONS) -> dict:

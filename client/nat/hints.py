@@ -171,12 +171,21 @@ def global_v6_addresses() -> list[str]:
     return out
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 async def dial_from(port: int, host: str, dest_port: int, timeout: float) -> socket.socket:
     """Connect from our listening `port` to host:dest_port, re-dialling refused or reset attempts for up
     to SIMOPEN_WINDOW: the peer does the same towards us, and the SYNs meet in the NATs. An unreachable
-    network or host fails at once."""
+    network or host fails at once, and so does a loopback address (no NAT on the way: a refusal is final; a
+    peer's 127.0.0.1 hint is otherwise re-dialled for the whole window, holding up the relay's head start)."""
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    final = _is_loopback(host)
     deadline = loop.time() + max(timeout, SIMOPEN_WINDOW)
     while True:
         sock = reusable_socket(family, port)
@@ -186,6 +195,6 @@ async def dial_from(port: int, host: str, dest_port: int, timeout: float) -> soc
             return sock
         except (OSError, TimeoutError) as e:
             sock.close()
-            if loop.time() + SIMOPEN_RETRY >= deadline or getattr(e, "errno", None) in UNREACHABLE:
+            if final or loop.time() + SIMOPEN_RETRY >= deadline or getattr(e, "errno", None) in UNREACHABLE:
                 raise
         await asyncio.sleep(SIMOPEN_RETRY)

@@ -4,7 +4,9 @@ The race: we listen (unless no_listen) on one port for IPv4 and IPv6 and adverti
 a direct hint, plus, with NAT options, our NAT's address for that port (a NAT-PMP / UPnP mapping, or the
 STUN-mapped address when the NAT keeps ports; client/nat/hints.py). We dial every direct hint of the peer
 at once (from our listening port when both offer tcp-simultaneous-open-v1, so the SYNs cross in the NATs), and the relay hints (ours + theirs) after RELAY_DELAY seconds
-when the peer offered direct hints (immediately otherwise), so a direct path gets a head start. The
+when the peer offered direct hints (immediately otherwise), so a direct path gets a head start. With a burrow
+peer (it offers simultaneous open) the head start ends early once every direct dial of ours has failed (an
+unreachable network, a refused port): the peer's own head start still covers its dials to us. The
 sender picks the first connection whose handshake verifies and writes "go" on it, "nevermind" on the
 others; the receiver takes the connection on which "go" arrives.
 
@@ -105,6 +107,8 @@ class Transit:
         self._tasks: set[asyncio.Task] = set()
         self._relay_addrs: set[tuple] = set()
         self._dialling = 0  # our outgoing attempts still running
+        self._direct_left = 0  # our direct dials still running
+        self._directs_failed = asyncio.Event()  # set once every direct dial of ours has ended without a winner
         self._inbound = 0  # connections from the peer still negotiating
         self._failures: list[str] = []  # "relay 10.0.0.1:4001 (connection refused)", for the error
         self._grace: asyncio.TimerHandle | None = None
@@ -188,6 +192,7 @@ class Transit:
         await self._key_set.wait()
         for h in self._peer_direct:
             self._dialling += 1  # counted here, not when the task starts: _check_exhausted() runs first
+            self._direct_left += 1
             self._spawn(self._dial(h, relay=False, delay=0.0))
         delay = self.relay_delay if self._peer_direct else 0.0
         for h in self._relays:
@@ -244,11 +249,23 @@ class Transit:
             await self._dial_once(hint, relay, delay)
         finally:
             self._dialling -= 1
+            if not relay:
+                self._direct_left -= 1
+                if not self._direct_left:
+                    self._directs_failed.set()
             self._check_exhausted()
+
+    async def _head_start(self, delay: float) -> None:
+        """A relay dial's wait: `delay`, cut short for a burrow peer once all our direct dials failed."""
+        if not self.peer_simopen:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._directs_failed.wait(), delay)
 
     async def _dial_once(self, hint: P.TcpHint, relay: bool, delay: float) -> None:
         if delay:
-            await asyncio.sleep(delay)
+            await self._head_start(delay)
         if self._winner.done():
             return
         desc = f"{'relay' if relay else 'direct'} {hint.hostname}:{hint.port}"

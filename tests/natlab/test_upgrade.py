@@ -1,13 +1,16 @@
 """Leaving the transit relay mid-transfer: two burrow peers (real mailbox and transit relay) in one network
-namespace whose iptables first reject TCP to both peers' listening addresses, so the first generation runs over
-the relay. The rule is removed while data flows both ways; the Leader's upgrade probe then finds the direct
-path, a new generation connects on it, and every byte arrives in order (SHA-256 both ways)."""
+namespace whose iptables first reject (or drop) TCP to both peers' listening addresses, so the first generation
+runs over the relay. The rule is removed while data flows both ways; the direct path is then found (rejected:
+by the Leader's upgrade probe; dropped: by the relay-first generation's own dial, whose SYN the kernel sends
+again), a new generation connects on it, and every byte arrives in order (SHA-256 both ways)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import threading
+
+import pytest
 
 from burrow.client.wormhole import Wormhole
 from harness.natlab.rig import inside
@@ -20,13 +23,13 @@ AFTER = 64  # chunks each side sends once the move is seen
 MAX_CHUNKS = 4000  # the sender's bound if no move ever comes
 
 
-def block(lab, ns: str, on: bool) -> None:
+def block(lab, ns: str, on: bool, drop: bool = False) -> None:
+    target = ["DROP"] if drop else ["REJECT", "--reject-with", "tcp-reset"]
     for addr in ADDRS:
-        lab.run(ns, ["iptables-nft", "-A" if on else "-D", "INPUT", "-p", "tcp", "-d", addr, "-j", "REJECT",
-                     "--reject-with", "tcp-reset"])
+        lab.run(ns, ["iptables-nft", "-A" if on else "-D", "INPUT", "-p", "tcp", "-d", addr, "-j", *target])
 
 
-async def scenario(lab, ns: str, servers) -> dict:
+async def scenario(lab, ns: str, servers, drop: bool, upgrade_interval: float) -> dict:
     ws = [Wormhole(servers.relay_url, transit_helper=servers.transit_helper, dilation=True) for _ in range(2)]
     for w in ws:
         await w.open()
@@ -34,7 +37,7 @@ async def scenario(lab, ns: str, servers) -> dict:
     ws[1].set_code(await ws[0].get_code())
     statuses = ([], [])
     ds = await asyncio.gather(*(
-        w.dilate(listen_addresses=[addr], on_status=st.append, upgrade_interval=0.5)
+        w.dilate(listen_addresses=[addr], on_status=st.append, upgrade_interval=upgrade_interval)
         for w, addr, st in zip(ws, ADDRS, statuses, strict=True)))
     await asyncio.wait_for(asyncio.gather(*(d.when_connected() for d in ds)), 30)
     moved = asyncio.Event()
@@ -59,7 +62,7 @@ async def scenario(lab, ns: str, servers) -> dict:
             await asyncio.sleep(0.002)  # paced, so the transfer is still running when the path changes
             if sent[i] >= BEFORE and sent[0] >= BEFORE and sent[1] >= BEFORE and not opened.is_set():
                 opened.set()
-                await asyncio.to_thread(block, lab, ns, False)
+                await asyncio.to_thread(block, lab, ns, False, drop)
             if moved.is_set():
                 extra += 1
         writer.close()
@@ -86,9 +89,13 @@ async def scenario(lab, ns: str, servers) -> dict:
     return result
 
 
-def test_transfer_moves_from_the_relay_to_a_direct_path_mid_transfer_without_losing_a_byte(lab, tmp_path):
+@pytest.mark.parametrize(("drop", "upgrade_interval"), [(False, 0.5), (True, 30.0)],
+                         ids=["rejected-upgrade-probe", "dropped-relay-first"])
+def test_transfer_moves_from_the_relay_to_a_direct_path_mid_transfer_without_losing_a_byte(
+        lab, tmp_path, drop, upgrade_interval):
+    # dropped-relay-first: the first upgrade look is 30 s away, so only the search behind the relay can move
     ns = lab.netns("upgrade")
-    block(lab, ns, True)
+    block(lab, ns, True, drop)
     out: dict = {}
 
     def run() -> None:
@@ -97,7 +104,7 @@ def test_transfer_moves_from_the_relay_to_a_direct_path_mid_transfer_without_los
                 (tmp_path / "servers").mkdir()
                 servers = start_servers(servers_kind(), tmp_path / "servers")
                 try:
-                    out["result"] = asyncio.run(scenario(lab, ns, servers))
+                    out["result"] = asyncio.run(scenario(lab, ns, servers, drop, upgrade_interval))
                 finally:
                     servers.stop()
         except BaseException as e:  # noqa: BLE001 - reported by the test below

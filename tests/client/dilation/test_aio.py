@@ -34,6 +34,10 @@ async def pair(wormhole_servers, *, listen=True, transit=None, sides=(None, None
         w.dilate(listen=listen, listen_addresses=["127.0.0.1"], side=side, on_status=st.append, **kw)
         for w, side, st in zip((a, b), sides, statuses, strict=True)))
     await asyncio.wait_for(asyncio.gather(da.when_connected(), db.when_connected()), 30)
+    if listen:  # the relay may carry the first bytes (relay-first); the tests start once the direct path took over
+        async with asyncio.timeout(30):
+            while not all((d.status.path or "").startswith("direct") for d in (da, db)):
+                await asyncio.sleep(0.02)
 
     async def close():
         await asyncio.gather(da.close(), db.close())
@@ -60,8 +64,8 @@ async def test_bulk_both_directions_and_status(wormhole_servers, listen):
     assert mine1 == ans1 and mine2 == ans2
     states = [s.state for s in sa]
     assert states[:3] == ["wanting", "connecting", "connected"]
-    path = next(s.path for s in sa if s.state == "connected")
-    assert path.startswith("direct" if listen else "relay")
+    paths = [s.path for s in sa if s.state == "connected"]
+    assert paths[-1].startswith("direct" if listen else "relay")  # direct at once, or relay first, then direct
     await close()
     assert sa[-1].state == "stopped"
 
@@ -324,7 +328,7 @@ async def test_peer_close_is_stopped_not_reconnecting(wormhole_servers, listen):
     w.write(b"before")
     rr, ww = await listener.accept()
     assert await rr.readexactly(6) == b"before"
-    seen = len(sb)
+    seen, connections = len(sb), db.counters["connections"]
     await da.close()
     await asyncio.wait_for(db.when_stopped(), 10)
     assert [s.state for s in sb[seen:]] == ["stopped"]  # the peer left for good: no "reconnecting" first
@@ -335,5 +339,5 @@ async def test_peer_close_is_stopped_not_reconnecting(wormhole_servers, listen):
     await asyncio.sleep(0.5)  # nothing reconnects behind our back
     await db.close()
     assert [s.state for s in sb[seen:]] == ["stopped"]
-    assert db.counters["connections"] == 1
+    assert db.counters["connections"] == connections
     await close()

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from burrow.client.errors import TransitError
+from burrow.client.nat import SIMOPEN_ABILITY
 from burrow.client.transit.aio import Transit, local_addresses
 
 pytestmark = pytest.mark.timeout(60)
@@ -55,6 +56,25 @@ async def test_dead_direct_hint_falls_back_to_relay(wormhole_servers):
     ps, pr = await connect_pair(s, r, os.urandom(32))
     assert ps.description.startswith("relay")
     await exchange(ps, pr)
+
+
+@pytest.mark.parametrize("burrow_peer", [True, False], ids=["burrow-peer", "other-peer"])
+async def test_relay_head_start_ends_once_every_direct_dial_failed_with_a_burrow_peer(wormhole_servers, burrow_peer):
+    # the only direct hint is refused at once; with a burrow peer (it offers simultaneous open) the relay is
+    # dialled then, not after the head start; with another client the head start stays whole
+    s = Transit("sender", transit_helper=wormhole_servers.transit_helper, no_listen=True, relay_delay=60)
+    r = Transit("receiver", transit_helper=wormhole_servers.transit_helper, no_listen=True, relay_delay=60)
+    for t in (s, r):
+        t.add_peer_transit({"abilities-v1": [{"type": "direct-tcp-v1"}, {"type": "relay-v1"}]
+                            + ([SIMOPEN_ABILITY] if burrow_peer else []),
+                            "hints-v1": [{"type": "direct-tcp-v1", "hostname": "127.0.0.1", "port": 1}]})
+    if burrow_peer:
+        ps, pr = await connect_pair(s, r, os.urandom(32), timeout=20)  # well inside the 60 s head start
+        assert ps.description.startswith("relay") and pr.description.startswith("relay")
+        await exchange(ps, pr)
+    else:
+        with pytest.raises(TransitError):
+            await connect_pair(s, r, os.urandom(32), timeout=3)
 
 
 async def test_different_keys_never_connect():
