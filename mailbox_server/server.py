@@ -94,8 +94,9 @@ class MailboxServer:
                     max(1.0, min(self.config.ping_interval, self.config.idle_timeout) / 2), self._sweep))]
         self.ready = True
         mailboxes, nameplates, _ = self.store.counts()
-        log.info("mailbox server %s on port %s (%s; %d mailboxes, %d nameplates)", self.replica, self.port,
-                 "redis" if self.config.redis_url else "sqlite", mailboxes, nameplates)
+        log.info("mailbox server %s on port %s (%s, %s event loop; %d mailboxes, %d nameplates)", self.replica,
+                 self.port, "redis" if self.config.redis_url else "sqlite", type(self.loop).__module__.split(".")[0],
+                 mailboxes, nameplates)
         return self.port
 
     async def _listen(self) -> asyncio.AbstractServer:
