@@ -180,6 +180,10 @@ class RedisStore:
                 self._waiting.append(job)
             return
         self._queue.append(job)
+        self._kick_soon()
+
+    def _kick_soon(self) -> None:
+        """Send the queue on the next turn of the loop, once every read of this one has added to it."""
         if not self._kicked:
             self._kicked = True
             self._loop.call_soon(self._kick)
@@ -191,7 +195,7 @@ class RedisStore:
     def _send(self) -> None:
         """Send what was submitted since the last batch. On the lean connection, when it is up and nothing
         has to be waited for, the batch is written from here and answered in the read that parses its
-        replies, which then sends the next one: no task wakes per batch (at a client's pace that wake-up
+        replies, which then has the next one sent: no task wakes per batch (at a client's pace that wake-up
         is a large part of a request's cost). Anything else goes through the runner task."""
         if self._busy or not self._queue:
             return  # the batch out sends these once it is answered
@@ -237,8 +241,8 @@ class RedisStore:
                 self._queue[:0] = again
                 self._stale = True
                 self._wake.set()
-            else:
-                self._send()
+            elif self._queue:
+                self._kick_soon()  # not at once: other reads of this turn may still add to the batch
 
         conn.submit(commands, done)
 
