@@ -33,6 +33,10 @@ class StoreHost(Protocol):
 
 
 class ChannelStore(Protocol):
+    # True when every answer arrives already durable (flush() has nothing to wait for): replies are then
+    # written on the next turn of the event loop, without the flusher task.
+    answers_durable: bool
+
     async def start(self, host: StoreHost) -> None:
         """Open (load, connect, subscribe); afterwards `submit` may be called."""
 

@@ -63,6 +63,8 @@ class MailboxConfig:
                                            "your-address always honours it")
     proxy_protocol: bool = setting(False, "every connection starts with a PROXY protocol header (v2 or v1) "
                                          "naming the client (HAProxy `send-proxy-v2`); without one it is refused")
+    loop: str = setting("uvloop", "event loop: uvloop (libuv; less CPU per client message) or asyncio (Python's "
+                                  "own)")
     verbose: bool = setting(False, "debug logging")
 
     def limits(self) -> Limits:

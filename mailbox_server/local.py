@@ -24,6 +24,8 @@ log = logging.getLogger("mailbox_server")
 
 
 class LocalStore:
+    answers_durable = False  # replies wait for the grouped commit (flush)
+
     def __init__(self, path: str, fsync: bool, limits: Limits, rng: random.Random | None = None,
                  commit_seconds=None) -> None:
         self.path, self.fsync = path, fsync

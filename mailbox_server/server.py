@@ -3,8 +3,9 @@
 Replies never leave before the state they depend on is stored. The protocol core's requests go to the
 channel store (`local.LocalStore`: this process and SQLite; `store_redis.RedisStore`: Redis, shared by
 replicas); its answers come back through `answered`, and every output lands in one outbox. A single
-flusher task asks the store to make what it answered durable (one grouped SQLite commit; nothing to do
-for Redis, whose answers arrive already accepted) and then writes the outbox.
+flusher task asks the store to make what it answered durable (one grouped SQLite commit) and then
+writes the outbox; Redis answers arrive already accepted, so there one callback on the next turn of the
+event loop writes it.
 
 On SIGTERM the server drains: /readyz fails, the listener closes, requests in flight finish, every client
 is asked to reconnect (close code 1012, which magic-wormhole answers by reconnecting, through a load
@@ -60,6 +61,7 @@ class MailboxServer:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._outbox: list[Output] = []
         self._wake = asyncio.Event()
+        self._soon = False  # a _deliver_soon callback is scheduled
         self._flush_lock = asyncio.Lock()
         self._server: asyncio.AbstractServer | None = None
         self._admin: AdminServer | None = None
@@ -94,8 +96,9 @@ class MailboxServer:
                     max(1.0, min(self.config.ping_interval, self.config.idle_timeout) / 2), self._sweep))]
         self.ready = True
         mailboxes, nameplates, _ = self.store.counts()
-        log.info("mailbox server %s on port %s (%s; %d mailboxes, %d nameplates)", self.replica, self.port,
-                 "redis" if self.config.redis_url else "sqlite", mailboxes, nameplates)
+        log.info("mailbox server %s on port %s (%s, %s event loop; %d mailboxes, %d nameplates)", self.replica,
+                 self.port, "redis" if self.config.redis_url else "sqlite", type(self.loop).__module__.split(".")[0],
+                 mailboxes, nameplates)
         return self.port
 
     async def _listen(self) -> asyncio.AbstractServer:
@@ -220,7 +223,19 @@ class MailboxServer:
                 self.store.submit(item)
             else:
                 self._outbox.append(item)
-        self._wake.set()
+        if not self.store.answers_durable:
+            self._wake.set()
+        elif self._outbox and not self._soon:  # one callback per turn of the loop writes all of it, cheaper than a task's wake-up
+            self._soon = True
+            self.loop.call_soon(self._deliver_soon)
+
+    def _deliver_soon(self) -> None:
+        self._soon = False
+        if self._outbox and not self._flush_lock.locked():
+            out, self._outbox = self._outbox, []
+            self._deliver(out)
+        elif self._outbox:
+            self._wake.set()
 
     async def _flusher(self) -> None:
         while True:

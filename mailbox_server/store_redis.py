@@ -82,6 +82,8 @@ class Job:
 
 
 class RedisStore:
+    answers_durable = True  # an answer comes after Redis ran (and, with AOF always, logged) the script
+
     def __init__(self, url: str, limits: Limits, replica: str, registry: CollectorRegistry | None = None, *,
                  wait: float = 30.0, expiry: float = 660.0, rng: random.Random | None = None,
                  mailbox_id: Callable[[], str] = new_mailbox_id) -> None:
@@ -96,7 +98,11 @@ class RedisStore:
         self.rng = rng or random.Random()
         self._queue: list[Job] = []
         self._waiting: list[Job] = []  # held until Redis answers again
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # the runner task has work: a batch that must wait for something
+        self._busy = False  # a batch is out (one at a time, as submitted)
+        self._kicked = False  # a _kick callback is scheduled
+        self._stale = False  # the script must be loaded again before the next batch
+        self._channels: dict[str, bytes] = {}  # app -> this replica's channel of it
         self._sha = ""
         self._buses: dict[str, Bus] = {}
         self._known_apps: set[str] = set()
@@ -112,6 +118,7 @@ class RedisStore:
     # ---- life cycle --------------------------------------------------------------------------
     async def start(self, host: StoreHost) -> None:
         self.host = host
+        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         await self.link.start()
         if not self.link.cluster and lean_capable(self.link.url):
@@ -173,19 +180,96 @@ class RedisStore:
                 self._waiting.append(job)
             return
         self._queue.append(job)
-        self._wake.set()
+        self._kick_soon()
+
+    def _kick_soon(self) -> None:
+        """Send the queue on the next turn of the loop, once every read of this one has added to it."""
+        if not self._kicked:
+            self._kicked = True
+            self._loop.call_soon(self._kick)
+
+    def _kick(self) -> None:
+        self._kicked = False
+        self._send()
+
+    def _send(self) -> None:
+        """Send what was submitted since the last batch. On the lean connection, when it is up and nothing
+        has to be waited for, the batch is written from here and answered in the read that parses its
+        replies, which then has the next one sent: no task wakes per batch (at a client's pace that wake-up
+        is a large part of a request's cost). Anything else goes through the runner task."""
+        if self._busy or not self._queue:
+            return  # the batch out sends these once it is answered
+        conn = self.lean.conn if self.lean is not None else None
+        if conn is None or conn.closed or self._stale:
+            self._wake.set()
+            return
+        jobs = self._queue
+        for j in jobs:
+            if type(j.req.op) is Open and self._channel(j.req.op.app) not in conn.subscribed:
+                self._wake.set()  # the runner subscribes first
+                return
+        new_apps = {j.req.op.app for j in jobs} - self._known_apps
+        groups = _fused(jobs)
+        commands = self._commands(groups, new_apps)
+        if not conn.has_room(len(commands)):
+            self._wake.set()
+            return
+        self._queue = []
+        self._busy = True
+        start = time.perf_counter()
+
+        def done(replies) -> None:
+            self._busy = False
+            if isinstance(replies, BaseException):  # lost or late: the runner reconnects, or holds them
+                for j in jobs:
+                    j.retry = True
+                self._queue[:0] = jobs
+                self._wake.set()
+                return
+            self._known_apps |= new_apps
+            if self.link.metrics is not None:
+                self.link.metrics.roundtrip.observe(time.perf_counter() - start)
+            try:
+                again = self._answer(groups, replies[len(new_apps):])
+            except Exception:
+                log.exception("Redis batch failed")
+                self._hold(jobs)
+                again = []
+            if again:  # the runner loads the script again first
+                for j in again:
+                    j.retry = True
+                self._queue[:0] = again
+                self._stale = True
+                self._wake.set()
+            elif self._queue:
+                self._kick_soon()  # not at once: other reads of this turn may still add to the batch
+
+        conn.submit(commands, done)
+
+    def _channel(self, app: str) -> bytes:
+        channel = self._channels.get(app)
+        if channel is None:
+            channel = self._channels[app] = (app_prefix(app) + "bus:" + self.replica).encode()
+        return channel
 
     async def _runner(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._busy:
+                continue  # the batch out sends the next one once it is answered
             jobs, self._queue = self._queue, []
             if jobs:
+                self._busy = True
                 try:
                     await self._run(jobs)
                 except Exception:
                     log.exception("Redis batch failed")
                     self._hold(jobs)
+                finally:
+                    self._busy = False
+                if self._queue and not self._wake.is_set():
+                    self._send()
 
     async def _execute(self, commands: list[tuple]) -> list:
         """One pipelined round trip; error replies come back as exception values, in their places."""
@@ -197,6 +281,9 @@ class RedisStore:
         return await self.link.timed(pipe.execute(raise_on_error=False))
 
     async def _run(self, jobs: list[Job]) -> None:
+        if self._stale:
+            self._sha = await self.link.timed(self.link.client.script_load(SCRIPT))
+            self._stale = False
         new_apps = {j.req.op.app for j in jobs} - self._known_apps
         if self.lean is not None:
             again = await self._run_lean(jobs, new_apps)
@@ -431,7 +518,7 @@ class RedisStore:
         """Subscribe `conn` to this replica's channel of each app (once per connection), confirmed."""
         waiters = []
         for app in apps:
-            channel = (app_prefix(app) + "bus:" + self.replica).encode()
+            channel = self._channel(app)
             if channel in conn.subscribed:
                 continue
             self._channel_app[channel] = app

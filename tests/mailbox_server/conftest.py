@@ -1,10 +1,16 @@
 """Fixtures of the mailbox tests: the protocol driver on each channel store, and the Redis they need."""
 
 import pytest
+import uvloop
 
 from harness.redis import RedisServer
 
 from .vectors import Harness, RedisHarness
+
+
+def pytest_asyncio_loop_factories(config, item):
+    """In-process servers run on the event loop burrow-mailbox runs by default (--loop uvloop)."""
+    return {"uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture(scope="session")

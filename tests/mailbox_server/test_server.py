@@ -341,15 +341,24 @@ async def test_a_handshake_finished_during_the_drain_is_sent_away_at_once(tmp_pa
     await asyncio.wait_for(stopping, 15)
 
 
-def count_writes(transport, writes: list[bytes] | None = None) -> list[bytes]:
-    """The bytes of each write on this (real) transport, in order."""
-    writes = [] if writes is None else writes
-    real = transport.write
+class CountingTransport:
+    """A connection's real transport, its writes recorded (uvloop's transports cannot be patched)."""
 
-    def write(data):
-        writes.append(bytes(data))
-        real(data)
-    transport.write = write
+    def __init__(self, transport, writes: list[bytes]) -> None:
+        self._transport, self.writes = transport, writes
+
+    def write(self, data) -> None:
+        self.writes.append(bytes(data))
+        self._transport.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+def count_writes(conn, writes: list[bytes] | None = None) -> list[bytes]:
+    """The bytes of each write on this connection's (real) transport, in order."""
+    writes = [] if writes is None else writes
+    conn.transport = CountingTransport(conn.transport, writes)
     return writes
 
 
@@ -357,7 +366,7 @@ async def test_frames_queued_for_one_batch_go_out_in_order_in_one_write(server):
     async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
         await recv(ws)
         (conn,) = server.conns.values()
-        writes = count_writes(conn.transport)
+        writes = count_writes(conn)
         conn.queue([b'{"n": 1}'])
         conn.send_many([b'{"n": 2}', b'{"n": 3}' + b" " * 200])  # a longer header too
         got = [json.loads(await asyncio.wait_for(ws.recv(), 5)) for _ in range(3)]
@@ -369,7 +378,7 @@ async def test_a_close_after_queued_frames_delivers_them_first(server):
     async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
         await recv(ws)
         (conn,) = server.conns.values()
-        writes = count_writes(conn.transport)
+        writes = count_writes(conn)
         conn.queue([b'{"n": 1}', b'{"n": 2}'])  # as the server does for the frames before a Drop
         conn.drop("shutdown", "bye", 1012)
         assert [json.loads(await asyncio.wait_for(ws.recv(), 5))["n"] for _ in range(2)] == [1, 2]
@@ -386,7 +395,7 @@ async def test_the_welcome_goes_out_with_the_101_in_one_write(server, monkeypatc
 
     def connection_made(conn, transport):
         made(conn, transport)
-        count_writes(transport, writes)
+        count_writes(conn, writes)
     monkeypatch.setattr(WSConnection, "connection_made", connection_made)
     async with connect(f"ws://127.0.0.1:{server.port}/v1") as ws:
         assert (await recv(ws))["type"] == "welcome"

@@ -280,7 +280,11 @@ async def test_random_frames_get_the_same_answers_as_from_websockets_alone(serve
     cuts = sorted(rng.sample(range(1, len(stream)), 30))
     chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     fast = await answers(server, chunks, True, expect)
-    assert fast == await answers(server, chunks, False, expect)
+    slow = await answers(server, chunks, False, expect)
+    # Text replies leave on the next turn of the loop, a pong as soon as its frame is read: which of the two
+    # goes first across reads depends on the event loop's scheduling, not on the parser.
+    for kind in (lambda f: f[0] is TEXT, lambda f: f[0] is not TEXT):
+        assert [f for f in fast if kind(f)] == [f for f in slow if kind(f)]
     assert len(fast) == expect + 1 and fast[-1][0] is CLOSE
 
 
