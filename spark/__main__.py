@@ -9,6 +9,9 @@ import re
 import sys
 import time
 
+REMOTE_ENV = "BURROW_SPARK_REMOTE"
+SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # a URI (hdfs:, s3a:, file: ...), not a plain path
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from burrow.common.config import VersionAction
@@ -24,6 +27,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="output directory (local path or Hadoop URI); re-runs ingest only new input")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default local[*]; under spark-submit, the one it was given)")
+    parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV) or None, metavar="sc://HOST:PORT",
+                        help=f"run on a standing Spark Connect server (default ${REMOTE_ENV}); --logs and --out "
+                             "must then be paths the server can read and this machine can write (the same "
+                             "machine, or storage mounted at the same path on both)")
     parser.add_argument("--capacity", default=None, metavar="FILE",
                         help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
@@ -31,12 +38,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode (default 2g)")
     args = parser.parse_args(argv)
     args.logs = [p.strip() for item in args.logs for p in item.split(",") if p.strip()]
+    if args.remote:
+        if args.master:
+            parser.error("--master and --remote exclude each other (the server has its own master)")
+        if SCHEME.match(args.out) and not args.out.startswith("file:"):
+            parser.error("with --remote, --out must be a local path (this machine writes its small files)")
+        # the server resolves relative paths against its own working directory
+        args.logs = [p if SCHEME.match(p) else os.path.abspath(os.path.expanduser(p)) for p in args.logs]
+        args.out = args.out if SCHEME.match(args.out) else os.path.abspath(os.path.expanduser(args.out))
     return args
 
 
 def local_input_problem(patterns: list[str]) -> str | None:
     """For plain local paths: nothing matches, or every match is empty. URIs are left to Spark."""
-    if any(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", p) for p in patterns):
+    if any(SCHEME.match(p) for p in patterns):
         return None
     files = []
     for p in patterns:
@@ -81,9 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
-    say("starting Spark" + (f" on {args.master}" if args.master else ""))
+    say(f"connecting to Spark Connect at {args.remote}" if args.remote else
+        "starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
-    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory)
+    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory,
+                          remote=args.remote)
     started = time.monotonic() - t0
     try:
         result = run_report(spark, args.logs, args.out, cfg, log=say)
