@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
-    say(f"connecting to Spark Connect at {args.remote}" if args.remote else
+    say(f"connecting to Spark Connect at {re.sub(r'token=[^;]*', 'token=...', args.remote)}" if args.remote else
         "starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory,
