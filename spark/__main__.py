@@ -6,8 +6,10 @@ import argparse
 import glob
 import os
 import re
+import socket
 import sys
 import time
+import urllib.parse
 
 REMOTE_ENV = "BURROW_SPARK_REMOTE"
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # a URI (hdfs:, s3a:, file: ...), not a plain path
@@ -68,6 +70,18 @@ def local_input_problem(patterns: list[str]) -> str | None:
     return None
 
 
+def unreachable(remote: str, timeout: float = 10.0) -> str | None:
+    """Why the Spark Connect server cannot be reached, if it cannot: the client itself would retry for
+    minutes before giving up."""
+    url = urllib.parse.urlparse(remote.split(";", 1)[0].rstrip("/"))
+    host, port = url.hostname or "localhost", url.port or 15002
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return f"cannot reach the Spark Connect server at {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
 
@@ -89,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     except CapacityConfigError as exc:
         say(f"error: {exc}")
         sys.exit(2)
-    problem = local_input_problem(args.logs)
+    problem = local_input_problem(args.logs) or (args.remote and unreachable(args.remote))
     if problem:  # answer at once, before paying for a JVM
         say(f"error: {problem}")
         sys.exit(2)

@@ -69,3 +69,13 @@ def test_remote_refuses_a_master_and_a_remote_out():
         parse_args(["--logs", "x", "--out", "hdfs://nn/out", "--remote", "sc://127.0.0.1:1"])
     args = parse_args(["--logs", "a/*.jsonl,hdfs://nn/l", "--out", "y", "--remote", "sc://127.0.0.1:1"])
     assert args.logs == [os.path.abspath("a/*.jsonl"), "hdfs://nn/l"] and args.out == os.path.abspath("y")
+
+
+def test_an_unreachable_server_is_an_error_at_once(tmp_path):
+    from harness.ports import free_port
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    done = _report(tmp_path, "a.jsonl", "out", "--remote", f"sc://127.0.0.1:{free_port()}/;token=SECRET")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cannot reach the Spark Connect server at 127.0.0.1:" in done.stderr
+    assert "SECRET" not in done.stderr
