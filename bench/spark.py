@@ -2,13 +2,16 @@
 """Spark pipeline benchmark: 1M and 5M synthetic events through the whole burrow-report, next to the
 same aggregations in DuckDB in the same run (a single-machine yardstick).
 
-Spark: `python -m burrow.spark` as a fresh process (JVM start included in the wall time), default local[*].
+Spark: `python -m burrow.spark` as a fresh process (JVM start included in the wall time), default local[*];
+then the same report through a standing Spark Connect server (`--remote`), started once and warmed by one
+untimed report: the figure of an operator who keeps Spark running. Its CPU is the server's process tree
+during the timed run plus the client's.
 DuckDB: the same steps in SQL: parse the JSON lines with an explicit schema, drop invalid lines and
 duplicates, write the events as Parquet partitioned by day, per-minute load (sweep for exact peaks and
 the busiest second, minute spread for averages and bytes), hourly percentiles, session outcomes/summary/histograms/daily,
 daily peaks and their regression, each table written as Parquet and CSV.
 
-    python bench/spark.py [--sizes 1000000,5000000] [--work /tmp/burrow-bench-spark]
+    python bench/spark.py [--sizes 1000000,5000000] [--work /tmp/burrow-bench-spark] [--warm-runs 1]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from thread_cpu import ThreadCpu, summary  # noqa: E402
 
 from burrow.common.events import ENVELOPE, SCHEMAS  # noqa: E402
 from burrow.spark.generate import generate  # noqa: E402
+from harness.spark_connect import connect_server  # noqa: E402
 
 DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN", "counts": "MAP(VARCHAR, BIGINT)"}
 
@@ -54,12 +58,19 @@ def logs_for(work: Path, events: int) -> tuple[Path, int]:
     return d, int(stamp.read_text())
 
 
-def run_spark(logs: Path, out: Path, master: str | None) -> dict[str, float]:
+def run_spark(logs: Path, out: Path, master: str | None, remote: str | None = None,
+              server_pid: int | None = None) -> dict[str, float]:
+    """One burrow-report run into a fresh `out`; with `remote`, through that Spark Connect server, whose
+    process tree's CPU during the run is added to the client's."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "burrow.spark", "--logs", str(logs / "*.jsonl"), "--out", str(out)]
     if master:
         cmd += ["--master", master]
+    if remote:
+        cmd += ["--remote", remote]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("BURROW_SPARK_REMOTE", None)
+    server_cpu = ThreadCpu(server_pid, since_now=True) if server_pid else None
     t = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     cpu = ThreadCpu(proc.pid)  # where the CPU goes: task threads, JIT compilers, driver, GC
@@ -68,6 +79,9 @@ def run_spark(logs: Path, out: Path, master: str | None) -> dict[str, float]:
     finally:
         proc.kill()
         groups = cpu.stop()
+        if server_cpu is not None:
+            for group, seconds in server_cpu.stop().items():
+                groups[group] = groups.get(group, 0.0) + seconds
     wall = time.monotonic() - t
     if proc.returncode != 0:
         raise SystemExit(f"burrow-report failed:\n{stderr[-3000:]}")
@@ -196,7 +210,7 @@ def run_duckdb(logs: Path, out: Path) -> dict[str, float]:
 
     shutil.rmtree(out, ignore_errors=True)
     (out / "tables").mkdir(parents=True)
-    t = time.monotonic()
+    t, cpu = time.monotonic(), time.process_time()  # DuckDB's threads are this process's
     con = duckdb.connect()
     con.execute("SET threads = 2")
     cols = "{" + ", ".join(f"'{k}': '{v}'" for k, v in _columns().items()) + "}"
@@ -211,7 +225,28 @@ def run_duckdb(logs: Path, out: Path) -> dict[str, float]:
         con.execute(f"COPY {name} TO '{out}/tables/{name}.csv' (HEADER)")
     events = con.execute("SELECT count(*) FROM ev").fetchone()[0]
     con.close()
-    return {"wall": time.monotonic() - t, "events": events}
+    return {"wall": time.monotonic() - t, "events": events, "cpu": time.process_time() - cpu}
+
+
+def warm_connect(logs: Path, work: Path, runs: int) -> list[dict[str, float]]:
+    """The report through a standing Spark Connect server: one untimed run warms its JVM, then `runs`
+    timed ones (each into a fresh --out, so each ingests everything again), each followed by DuckDB
+    again, so each ratio compares two runs under the same load."""
+    if runs <= 0:
+        return []
+    out, timed = work / "connect-out", []
+    with connect_server(work / "connect-server", log_level="WARN") as (url, server):
+        warmup = run_spark(logs, out, None, url, server.pid)
+        print(f"  connect warm-up (not timed): {warmup['wall']:.1f} s, {summary(warmup['cpu'])}", flush=True)
+        for i in range(runs):
+            r = run_spark(logs, out, None, url, server.pid)
+            print(f"  connect run {i + 1}: {r['wall']:.1f} s wall (connect {r['start']:.1f} s, ingest {r['ingest']:.1f} s, "
+                  f"analysis {r['analysis']:.1f} s), load average {os.getloadavg()[0]:.1f}", flush=True)
+            print(f"  connect {summary(r['cpu'])}", flush=True)
+            r["duck"] = run_duckdb(logs, work / "duck-out")
+            print(f"  duckdb {r['duck']['wall']:.1f} s, CPU {r['duck']['cpu']:.1f} s", flush=True)
+            timed.append(r)
+    return timed
 
 
 def main() -> None:
@@ -220,6 +255,8 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/burrow-bench-spark", help="where logs and outputs go")
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--keep", action="store_true", help="keep the generated logs for the next run")
+    parser.add_argument("--warm-runs", type=int, default=1,
+                        help="timed runs through the warm Spark Connect server (0: no server)")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -230,27 +267,37 @@ def main() -> None:
             logs, lines = logs_for(work, n)
             size_mb = sum(f.stat().st_size for f in logs.glob("*.jsonl")) / 1e6
             duck = run_duckdb(logs, work / "duck-out")
-            print(f"  duckdb {duck['wall']:.1f} s ({duck['events']:,} events)", flush=True)
+            print(f"  duckdb {duck['wall']:.1f} s, CPU {duck['cpu']:.1f} s ({duck['events']:,} events)", flush=True)
             spark = run_spark(logs, work / "spark-out", args.master)
             print(f"  spark  {spark['wall']:.1f} s wall (start {spark['start']:.1f} s, ingest {spark['ingest']:.1f} s, "
                   f"analysis {spark['analysis']:.1f} s)", flush=True)
             print(f"  spark  {summary(spark['cpu'])}", flush=True)
-            rows.append((n, lines, size_mb, spark, duck))
+            rows.append((n, lines, size_mb, spark, duck, warm_connect(logs, work, args.warm_runs)))
     finally:
         if not args.keep:
             for d in work.glob("logs-*"):
                 shutil.rmtree(d, ignore_errors=True)
-        for d in ("duck-out", "spark-out"):
+        for d in ("duck-out", "spark-out", "connect-out", "connect-server"):
             shutil.rmtree(work / d, ignore_errors=True)
     print()
     print(f"cores: {os.cpu_count()}; load average at the end: {os.getloadavg()[0]:.1f}")
     print("| events (lines) | input | Spark wall (JVM start incl.) | Spark events/s | JVM start | Spark processing "
           "| DuckDB | DuckDB events/s | processing / DuckDB |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for _n, lines, size_mb, s, d in rows:
+    for _n, lines, size_mb, s, d, _warm in rows:
         print(f"| {lines:,} | {size_mb:,.0f} MB | {s['wall']:.1f} s | {lines / s['wall']:,.0f} | {s['start']:.1f} s "
               f"| {s['processing']:.1f} s | {d['wall']:.1f} s | {lines / d['wall']:,.0f} "
               f"| {s['processing'] / d['wall']:.1f}x |")
+    if any(warm for *_, warm in rows):
+        print()
+        print("| events (lines) | warm Spark Connect server: processing | connect | CPU (server + client) "
+              "| DuckDB right after | DuckDB CPU | processing / DuckDB | CPU / DuckDB's |")
+        print("|---|---|---|---|---|---|---|---|")
+    for _n, lines, _size, _s, _d, warm in rows:
+        for w in warm:
+            cpu, d = sum(w["cpu"].values()), w["duck"]
+            print(f"| {lines:,} | {w['processing']:.1f} s | {w['start']:.1f} s | {cpu:.1f} s | {d['wall']:.1f} s "
+                  f"| {d['cpu']:.1f} s | {w['processing'] / d['wall']:.1f}x | {cpu / d['cpu']:.1f}x |")
 
 
 if __name__ == "__main__":

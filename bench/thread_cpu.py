@@ -62,9 +62,14 @@ class ThreadCpu:
     """Sample the tree under `pid` in a background thread until `stop()`, which returns CPU seconds
     per group."""
 
-    def __init__(self, pid: int, interval: float = 0.5) -> None:
+    def __init__(self, pid: int, interval: float = 0.5, since_now: bool = False) -> None:
+        """`since_now`: count only CPU spent from now on (a long-running server's share of one job)."""
         self._root, self._interval = pid, interval
         self._seen: dict[tuple[int, str], tuple[str, float]] = {}
+        self._base: dict[tuple[int, str], float] = {}
+        if since_now:
+            self._sample()
+            self._base = {key: cpu for key, (_, cpu) in self._seen.items()}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -82,8 +87,8 @@ class ThreadCpu:
         self._done.set()
         self._thread.join()
         groups: Counter[str] = Counter()
-        for name, cpu in self._seen.values():
-            groups[group_of(name)] += cpu
+        for key, (name, cpu) in self._seen.items():
+            groups[group_of(name)] += cpu - self._base.get(key, 0.0)
         return dict(groups)
 
 

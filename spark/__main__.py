@@ -6,8 +6,13 @@ import argparse
 import glob
 import os
 import re
+import socket
 import sys
 import time
+import urllib.parse
+
+REMOTE_ENV = "BURROW_SPARK_REMOTE"
+SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # a URI (hdfs:, s3a:, file: ...), not a plain path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -24,6 +29,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="output directory (local path or Hadoop URI); re-runs ingest only new input")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default local[*]; under spark-submit, the one it was given)")
+    parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV) or None, metavar="sc://HOST:PORT",
+                        help=f"run on a standing Spark Connect server (default ${REMOTE_ENV}); --logs and --out "
+                             "must then be paths the server can read and this machine can write (the same "
+                             "machine, or storage mounted at the same path on both)")
     parser.add_argument("--capacity", default=None, metavar="FILE",
                         help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
@@ -31,12 +40,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode (default 2g)")
     args = parser.parse_args(argv)
     args.logs = [p.strip() for item in args.logs for p in item.split(",") if p.strip()]
+    if args.remote:
+        if args.master:
+            parser.error("--master and --remote exclude each other (the server has its own master)")
+        if SCHEME.match(args.out) and not args.out.startswith("file:"):
+            parser.error("with --remote, --out must be a local path (this machine writes its small files)")
+        # the server resolves relative paths against its own working directory
+        args.logs = [p if SCHEME.match(p) else os.path.abspath(os.path.expanduser(p)) for p in args.logs]
+        args.out = args.out if SCHEME.match(args.out) else os.path.abspath(os.path.expanduser(args.out))
     return args
 
 
 def local_input_problem(patterns: list[str]) -> str | None:
     """For plain local paths: nothing matches, or every match is empty. URIs are left to Spark."""
-    if any(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", p) for p in patterns):
+    if any(SCHEME.match(p) for p in patterns):
         return None
     files = []
     for p in patterns:
@@ -50,6 +67,18 @@ def local_input_problem(patterns: list[str]) -> str | None:
         return f"no log files match {', '.join(patterns)}"
     if all(os.path.getsize(f) == 0 for f in files):
         return f"the input is empty: {len(files)} file(s), all of zero length ({files[0]}{', ...' if len(files) > 1 else ''})"
+    return None
+
+
+def unreachable(remote: str, timeout: float = 10.0) -> str | None:
+    """Why the Spark Connect server cannot be reached, if it cannot: the client itself would retry for
+    minutes before giving up."""
+    url = urllib.parse.urlparse(remote.split(";", 1)[0].rstrip("/"))
+    host, port = url.hostname or "localhost", url.port or 15002
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return f"cannot reach the Spark Connect server at {host}:{port}: {exc.strerror or exc}"
     return None
 
 
@@ -74,16 +103,18 @@ def main(argv: list[str] | None = None) -> None:
     except CapacityConfigError as exc:
         say(f"error: {exc}")
         sys.exit(2)
-    problem = local_input_problem(args.logs)
+    problem = local_input_problem(args.logs) or (args.remote and unreachable(args.remote))
     if problem:  # answer at once, before paying for a JVM
         say(f"error: {problem}")
         sys.exit(2)
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
-    say("starting Spark" + (f" on {args.master}" if args.master else ""))
+    say(f"connecting to Spark Connect at {re.sub(r'token=[^;]*', 'token=...', args.remote)}" if args.remote else
+        "starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
-    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory)
+    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory,
+                          remote=args.remote)
     started = time.monotonic() - t0
     try:
         result = run_report(spark, args.logs, args.out, cfg, log=say)

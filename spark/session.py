@@ -1,8 +1,10 @@
-"""The SparkSession every job uses: embedded `local[*]` by default, or whatever spark-submit gave."""
+"""The SparkSession every job uses: embedded `local[*]` by default, whatever spark-submit gave, or a
+session on a standing Spark Connect server (`remote`, sc://HOST:PORT)."""
 
 from __future__ import annotations
 
 import os
+import warnings
 
 from pyspark.sql import SparkSession
 
@@ -13,13 +15,42 @@ JAVA_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
 JAVA_OPTIONS_ENV = "BURROW_SPARK_JAVA_OPTIONS"  # replaces JAVA_OPTIONS for the local-mode driver
 
 
+# several input splits per core keep both cores busy to the end of the parse (local mode and Spark
+# Connect; a cluster under spark-submit keeps its own)
+SCAN_SETTINGS = {"spark.sql.files.maxPartitionBytes": str(32 << 20)}
+
+
+def job_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
+    """The SQL settings the job needs wherever it runs."""
+    cores = os.cpu_count() or 2
+    return {"spark.sql.session.timeZone": "UTC",
+            "spark.sql.shuffle.partitions": str(shuffle_partitions or max(4, 2 * cores)),
+            "spark.sql.adaptive.enabled": "true",
+            "spark.sql.sources.partitionOverwriteMode": "dynamic",
+            "spark.sql.parquet.compression.codec": "snappy",
+            # write each task's day partitions side by side instead of sorting rows by day first
+            "spark.sql.maxConcurrentOutputFileWriters": "32",
+            "spark.sql.optimizer.plannedWrite.enabled": "false"}
+
+
 def spark_session(master: str | None = None, app_name: str = "burrow-report",
-                  shuffle_partitions: int | None = None, driver_memory: str = "2g") -> SparkSession:
+                  shuffle_partitions: int | None = None, driver_memory: str = "2g",
+                  remote: str | None = None) -> SparkSession:
     """Build (or join) the session.
 
     Under spark-submit (PYSPARK_GATEWAY_PORT is set) the master and resources come from the
     command line, so `master=None` leaves them alone; run directly, `master=None` means local[*].
+    With `remote`, the session lives on that Spark Connect server: its JVM, memory and master are the
+    server's, and only the job's SQL settings below are set, for this session alone.
     """
+    if remote:
+        # the client imports pandas for conversions this job never makes (it collects rows, never
+        # DataFrames); its "pandas >= 3 not yet fully supported" warning is noise here
+        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+        spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
+        for key, value in {**job_settings(shuffle_partitions), **SCAN_SETTINGS}.items():
+            spark.conf.set(key, value)
+        return spark
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -29,19 +60,11 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
     if not submitted:
         builder = (builder.config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
                    .config("spark.driver.extraJavaOptions", os.environ.get(JAVA_OPTIONS_ENV, JAVA_OPTIONS))
-                   .config("spark.ui.showConsoleProgress", "false")
-                   # several input splits per core keep both cores busy to the end of the parse
-                   .config("spark.sql.files.maxPartitionBytes", str(32 << 20)))
-    cores = os.cpu_count() or 2
-    builder = (builder
-               .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions or max(4, 2 * cores)))
-               .config("spark.sql.adaptive.enabled", "true")
-               .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-               .config("spark.sql.parquet.compression.codec", "snappy")
-               # write each task's day partitions side by side instead of sorting rows by day first
-               .config("spark.sql.maxConcurrentOutputFileWriters", "32")
-               .config("spark.sql.optimizer.plannedWrite.enabled", "false"))
+                   .config("spark.ui.showConsoleProgress", "false"))
+        for key, value in SCAN_SETTINGS.items():
+            builder = builder.config(key, value)
+    for key, value in job_settings(shuffle_partitions).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -53,6 +53,21 @@ def test_cpu_of_the_whole_tree_by_thread_group():
     assert "JIT compilers" in summary(groups)
 
 
+def test_since_now_leaves_out_cpu_spent_before():
+    """A standing server's share of one job: what its threads burnt before the job is not counted."""
+    proc = subprocess.Popen([sys.executable, "-c", BURNER, "Executor task 0", "0.3"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "burnt\n"
+        whole, later = ThreadCpu(proc.pid, interval=0.05), ThreadCpu(proc.pid, interval=0.05, since_now=True)
+        time.sleep(0.3)
+    finally:
+        groups, since = whole.stop(), later.stop()
+        proc.communicate("\n", timeout=60)
+    assert groups["tasks"] >= 0.25, groups
+    assert since.get("tasks", 0.0) < 0.1, since
+
+
 @pytest.mark.parametrize(("name", "group"), [("Executor task l", "tasks"), ("C1 CompilerThre", "jit_c1"),
                                              ("GC Thread#0", "gc"), ("python", "python"), ("Thread-3", "other")])
 def test_group_of_thread_names(name, group):
