@@ -47,7 +47,6 @@ def cli_startup(lab: Lab, ns: str) -> float:
     return round(time.monotonic() - t0, 3)
 
 
-DEAD_TRANSIT = "tcp:203.0.113.1:1"  # nothing listens there
 
 
 def run(name: str, size: int, kinds: list[str], derp: bool = False, transit: bool = True) -> list[dict]:
@@ -55,7 +54,7 @@ def run(name: str, size: int, kinds: list[str], derp: bool = False, transit: boo
     if derp:  # the lab relay's dev certificate: --insecure (the mailbox is plain ws://)
         extra += ["--derp-relay", f"https://{services.RELAY_NAME}:{services.RELAY_HTTPS}", "--insecure"]
     if not transit:
-        extra += ["--transit-helper", DEAD_TRANSIT]
+        extra += ["--transit-helper", services.DEAD_TRANSIT]
     with Lab() as lab:
         topo = build(lab, name)
         upnp.start(lab, topo)

@@ -29,6 +29,7 @@ MODULES = {"relay": "burrow.packet_relay", "mailbox": "burrow.mailbox_server", "
            "client": "burrow.client.cli"}
 RELAY_HTTPS, STUN_PORT, STUN_PORT2, MAILBOX_PORT, TRANSIT_PORT = 8443, 3478, 3479, 4000, 4001
 QAD_PORT = 7842
+DEAD_TRANSIT = "tcp:203.0.113.1:1"  # in the internet, nothing listens there: a peer given it has no transit relay
 RELAY_NAME = "relay.natlab"  # in every peer's /etc/hosts (Lab.hosts_file) with the relay's IPv4 and IPv6
 START_TIMEOUT = 20.0
 TRANSFER_TIMEOUT = 120.0

@@ -9,8 +9,6 @@ import pytest
 from harness.natlab import services
 from harness.natlab.topology import build
 
-DEAD_TRANSIT = "tcp:203.0.113.1:1"  # nothing listens there: no transit relay for the scenario
-
 
 def derp_args(servers) -> list[str]:
     # the lab's relay has a dev certificate; --insecure skips its check (the mailbox is plain ws://)
@@ -22,7 +20,7 @@ def test_tcp_blocked_transfer_goes_over_quic_on_the_punched_udp_path(lab):
     topo = build(lab, "udp-punch")
     servers = services.start_servers(lab, topo)
     result = services.transfer(lab, topo, servers, "a", "b", 5_000_000,
-                               extra=[*derp_args(servers), "--transit-helper", DEAD_TRANSIT])
+                               extra=[*derp_args(servers), "--transit-helper", services.DEAD_TRANSIT])
     assert result.bytes_ok, result.output
     assert result.path == "direct" and result.route.startswith("quic:"), result.output
 
