@@ -476,11 +476,16 @@ class MeshCollector:
         keys = GaugeMetricFamily("burrow_relay_mesh_remote_keys", "Client keys reachable through a peer relay")
         keys.add_metric([], len(mesh.table))
         yield keys
-        packets = CounterMetricFamily("burrow_relay_mesh_packets", "Packets sent to (ForwardPacket) and "
-                                      "received from peer relays", labels=["direction"])
+        packets = CounterMetricFamily("burrow_relay_mesh_packets", "Packets sent to and received from peer "
+                                      "relays (ForwardPacket or inside ForwardBatch)", labels=["direction"])
         packets.add_metric(["to_peer"], stats.mesh_out)
         packets.add_metric(["from_peer"], stats.mesh_in)
         yield packets
+        batches = CounterMetricFamily("burrow_relay_mesh_batches", "ForwardBatch frames sent to and received "
+                                      "from peer relays", labels=["direction"])
+        batches.add_metric(["to_peer"], stats.mesh_batches_out)
+        batches.add_metric(["from_peer"], stats.mesh_batches_in)
+        yield batches
         yield labelled_counter("burrow_relay_mesh_forward_drops", "Packets for a peer relay dropped: link down, "
                                "or its backlog full", ["reason"],
                                {(reason,): n for (proto, reason), n in stats.drops.items() if proto == "mesh"},

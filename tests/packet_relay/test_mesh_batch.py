@@ -8,6 +8,7 @@ import contextlib
 import os
 
 from burrow.client.derp import DerpClient
+from burrow.packet_relay.mesh import MeshCollector
 from burrow.wire.derp import frames as f
 from burrow.wire.derp.handshake import ServerInfoJSON
 from harness.ports import free_port
@@ -70,6 +71,9 @@ async def test_packets_cross_the_mesh_in_forward_batches_whole_and_in_order(tmp_
         for node in (a, b):
             assert node.stats.mesh_batches_out > 0 and node.stats.mesh_batches_in > 0
             assert node.stats.mesh_in >= PACKETS and node.stats.mesh_out >= PACKETS
+        batches = next(m for m in MeshCollector(a.mesh).collect() if m.name == "burrow_relay_mesh_batches")
+        assert {s.labels["direction"]: s.value for s in batches.samples} == {
+            "to_peer": a.stats.mesh_batches_out, "from_peer": a.stats.mesh_batches_in}
 
 
 async def test_a_peer_that_does_not_announce_forward_batch_gets_forward_packet(tmp_path):
