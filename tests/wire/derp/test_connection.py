@@ -307,6 +307,18 @@ def test_fuzz_server_machine_raises_only_protocol_error(blob):
         pass
 
 
+@given(st.integers(0, 5), st.binary(max_size=600))
+@settings(max_examples=300, deadline=None)
+def test_fuzz_forward_batch_raises_only_protocol_error(count, body):
+    server = batch_server()
+    frame = f.header(f.FORWARD_BATCH, 36 + len(body)) + b"d" * 32 + count.to_bytes(4, "big") + body
+    try:
+        for ev in server.receive_data(frame, 1.0):
+            assert type(ev) is ForwardedBatch and f.split_frames(ev.data) and ev.packets == count
+    except f.ProtocolError:
+        pass
+
+
 @given(st.binary(max_size=2000))
 @settings(max_examples=300, deadline=None)
 def test_fuzz_client_machine_raises_only_protocol_error(blob):
