@@ -16,7 +16,14 @@ import random
 import time
 
 from burrow.wire.derp import frames as f
-from burrow.wire.derp.connection import ClientHello, Forwarded, Sends, ServerConnection, Throttled
+from burrow.wire.derp.connection import (
+    ClientHello,
+    Forwarded,
+    ForwardedBatch,
+    Sends,
+    ServerConnection,
+    Throttled,
+)
 from burrow.wire.errors import WireError
 from burrow.wire.http import HttpError, RequestReader, response
 from burrow.wire.websocket import WebSocketStream
@@ -164,6 +171,16 @@ class RelayConn(Peer):
                     else:
                         fwd_bytes += receiver.deliver_frames(frames)
                         fwd_packets += len(frames)
+            elif type(ev) is ForwardedBatch:  # from a peer relay: one read's frames for one client, whole
+                meshed += ev.packets
+                self.server.stats.mesh_batches_in += 1
+                receiver = registry.active(ev.dst)
+                if receiver is None:
+                    self.server.stats.drop(self.protocol, "unknown_dest_on_fwd", ev.packets)
+                else:
+                    receiver.deliver_batch(ev.data, ev.packets, ev.nbytes)
+                    fwd_packets += ev.packets
+                    fwd_bytes += ev.nbytes
             elif type(ev) is forward_packet and self.mesh:
                 # from a peer relay: delivered here or dropped, never forwarded again
                 meshed += 1
@@ -227,6 +244,9 @@ class RelayConn(Peer):
             self.machine.rate = None  # peer relays are exempt from the per-client rate limit
             self.machine.mesh_extensions = True
             self.machine.recv_frames = True
+            if server.mesh_server_info.forward_batch:
+                self.machine.forward_batch = True
+                self.machine.max_frame_len = max(self.machine.max_frame_len, f.KEY_LEN + 4 + f.FORWARD_BATCH_MAX)
             refusal = None
         else:
             refusal = await server.access.check(hello.key, self.peer_ip)
@@ -237,7 +257,7 @@ class RelayConn(Peer):
             self.send(f.Health(f"access denied by {refusal}").encode())
             self.close("denied")
             return
-        self.send(self.machine.accept(server.server_info))
+        self.send(self.machine.accept(server.mesh_server_info if self.mesh else server.server_info))
         server.stats.handshake_done(self.protocol, time.time() - self.started)
         self.registered = True
         server.registry.register(self)
@@ -326,6 +346,23 @@ class RelayConn(Peer):
         self.bytes_out += nbytes
         self._out(b"".join(frames))
         return nbytes
+
+    def deliver_batch(self, data: bytes, packets: int, nbytes: int) -> None:
+        """A peer relay's ForwardBatch for this client: whole RecvPacket frames. While the client keeps up
+        they go out as they came, behind what was queued; while it is behind they are cut apart and queue
+        one by one (drop-oldest per packet)."""
+        queue = self.queue
+        if self.paused or self.phase != "derp":
+            self.deliver_frames_queued(f.split_frames(data))
+            return
+        if len(queue):
+            queued, qpackets, qbytes = queue.drain()
+            self.packets_out += qpackets
+            self.bytes_out += qbytes
+            data = queued + data
+        self.packets_out += packets
+        self.bytes_out += nbytes
+        self._out(data)
 
     def peer_gone(self, key: bytes, reason: int) -> None:
         self.control(f.PeerGone(key, reason).encode())

@@ -10,7 +10,9 @@ the mesh key, sends WatchConns and feeds PeerPresent / PeerGone into the Forward
 (mesh_table.py). When the link breaks every key it announced is forgotten and it redials with
 back-off (0.5 s doubling to 5 s, jittered); the peer's list after WatchConns resyncs the table.
 
-A packet for a key held by a peer goes out on that link as ForwardPacket. Writes are batched (one
+A packet for a key held by a peer goes out on that link as ForwardPacket; when the peer's ServerInfo
+announces ForwardBatch (a burrow relay), one read's packets for one key go out as one ForwardBatch of
+the ready RecvPacket frames instead, which the peer hands to the client as they are. Writes are batched (one
 write per loop pass, like every client connection, or per 64 KiB when a read brings more). While the peer is not reading (the link's socket
 buffer is full) every client that sends into the link has its reading paused until the link drains,
 as derper's blocking mesh write does: a fast sender is slowed to what the mesh carries instead of
@@ -31,7 +33,14 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from burrow.wire.derp.frames import _HEADER, FORWARD_PACKET, FRAME_HEADER_LEN, KEY_LEN
+from burrow.wire.derp.frames import (
+    _HEADER,
+    FORWARD_PACKET,
+    FRAME_HEADER_LEN,
+    KEY_LEN,
+    forward_batch_head,
+    forward_batch_runs,
+)
 from burrow.wire.proxy_protocol import encode_v2
 
 from .interfaces import MeshHost
@@ -95,6 +104,7 @@ class MeshLink(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: MeshSession | None = None
         self.synced = False
+        self.batch = False             # the peer takes ForwardBatch (said so in its ServerInfo)
         self.connects = 0
         self.last_error = ""
         self._out = bytearray()         # ForwardPacket frames waiting for the next flush, at most MAX_BACKLOG
@@ -123,6 +133,8 @@ class MeshLink(asyncio.Protocol):
     def forward_frames(self, src: bytes, dst: bytes, frames: list[bytes], sender=None) -> tuple[int, int]:
         """forward() for one sender's packets to one key, given as RecvPacket frames (a client's Sends):
         returns the packets and payload bytes queued."""
+        if self.batch:
+            return self._forward_batch(dst, frames, sender)
         sent = nbytes = 0
         keys = src + dst
         for frame in frames:
@@ -138,6 +150,23 @@ class MeshLink(asyncio.Protocol):
             nbytes += len(payload)
             self._queued(sender)
         return sent, nbytes
+
+    def _forward_batch(self, dst: bytes, frames: list[bytes], sender) -> tuple[int, int]:
+        """The frames as they are, in ForwardBatch frames (the peer announced it takes them)."""
+        n = len(frames)
+        out = self._out
+        if self.state != "live" or len(out) > MAX_BACKLOG:
+            self.mesh.stats.drops[("mesh", "mesh_down" if self.state != "live" else "mesh_backlog")] += n
+            return 0, 0
+        for start, stop, size in forward_batch_runs(frames):
+            out += forward_batch_head(dst, stop - start, size)
+            for i in range(start, stop):
+                out += frames[i]
+            self.mesh.stats.mesh_batches_out += 1
+        self.packets += n - 1  # _queued counts the last one
+        self.mesh.stats.mesh_out += n - 1
+        self._queued(sender)
+        return n, sum(map(len, frames)) - n * _RECV_OVERHEAD
 
     def forward_iroh(self, src: bytes, dst: bytes, kind: int, body: bytes, sender=None) -> bool:
         """An iroh datagram frame for an endpoint on the peer (a burrow relay: only those announce iroh ids)."""
@@ -261,7 +290,7 @@ class MeshLink(asyncio.Protocol):
             elif t is Synced:
                 self.synced = True
             elif t is Watching:
-                self._on_watching(ev.server_key)
+                self._on_watching(ev.server_key, ev.forward_batch)
             elif t is SelfConnect:
                 self.state = "self"
                 self.server_key = ev.server_key
@@ -269,8 +298,9 @@ class MeshLink(asyncio.Protocol):
                 self._resolve_watching(None)
                 self.transport.close()
 
-    def _on_watching(self, server_key: bytes) -> None:
+    def _on_watching(self, server_key: bytes, batch: bool) -> None:
         self.server_key = server_key
+        self.batch = batch
         self.state = "live"
         self.connects += 1
         self.last_error = ""
@@ -446,11 +476,16 @@ class MeshCollector:
         keys = GaugeMetricFamily("burrow_relay_mesh_remote_keys", "Client keys reachable through a peer relay")
         keys.add_metric([], len(mesh.table))
         yield keys
-        packets = CounterMetricFamily("burrow_relay_mesh_packets", "Packets sent to (ForwardPacket) and "
-                                      "received from peer relays", labels=["direction"])
+        packets = CounterMetricFamily("burrow_relay_mesh_packets", "Packets sent to and received from peer "
+                                      "relays (ForwardPacket or inside ForwardBatch)", labels=["direction"])
         packets.add_metric(["to_peer"], stats.mesh_out)
         packets.add_metric(["from_peer"], stats.mesh_in)
         yield packets
+        batches = CounterMetricFamily("burrow_relay_mesh_batches", "ForwardBatch frames sent to and received "
+                                      "from peer relays", labels=["direction"])
+        batches.add_metric(["to_peer"], stats.mesh_batches_out)
+        batches.add_metric(["from_peer"], stats.mesh_batches_in)
+        yield batches
         yield labelled_counter("burrow_relay_mesh_forward_drops", "Packets for a peer relay dropped: link down, "
                                "or its backlog full", ["reason"],
                                {(reason,): n for (proto, reason), n in stats.drops.items() if proto == "mesh"},

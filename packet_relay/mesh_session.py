@@ -2,7 +2,7 @@
 
 in:  bytes from the peer relay
 out: bytes to send, and events: Watching (handshake done, WatchConns sent), SelfConnect (the peer's
-     server key is our own: we dialled ourselves), Present / Gone (its clients come and go), Synced
+     server key is our own: we dialled ourselves; Watching says whether the peer takes ForwardBatch), Present / Gone (its clients come and go), Synced
      (its initial client list is complete)
 states: http (await 101) -> derp (DERP handshake) -> watching -> closed | self
 
@@ -31,6 +31,7 @@ class MeshError(Exception):
 @dataclass(frozen=True, slots=True)
 class Watching:
     server_key: bytes
+    forward_batch: bool = False  # the peer's ServerInfo says it takes ForwardBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,7 @@ class MeshSession:
                     return [SelfConnect(ev.server_key)]
                 self.state = "watching"
                 self._out.append(f.WatchConns().encode() + f.Ping(self._sync_token).encode())
-                events.append(Watching(ev.server_key))
+                events.append(Watching(ev.server_key, ev.info.forward_batch))
             elif t is f.Health and ev.problem:
                 raise MeshError(f"peer refused: {ev.problem}")
         return events

@@ -55,6 +55,7 @@ class RelayServer:
         self.events = EventLog(config.event_log, "relay", config.node_name, config.blur_usage)
         self.mesh_key = self._load_mesh_key(config.mesh_key_file)
         self.server_info = ServerInfoJSON()
+        self.mesh_server_info = ServerInfoJSON(forward_batch=True)  # what peer relays are told: send ForwardBatch
         self.extra_routes: dict[str, Route] = {}
         self.conns: set[Peer] = set()
         self.ssl_context = None

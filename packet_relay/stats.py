@@ -51,6 +51,8 @@ class RelayStats:
         self.dup_conns = 0
         self.mesh_out = 0                                # packets sent to mesh peers (ForwardPacket)
         self.mesh_in = 0                                 # packets received from mesh peers
+        self.mesh_batches_out = 0                        # ForwardBatch frames sent (peers that announce it)
+        self.mesh_batches_in = 0                         # ForwardBatch frames received
         self.mesh_held = 0                               # times a sender's reading paused for a slow mesh link
         self.stun_answered: Callable[[], int] = lambda: 0
         self.wake_holds: Callable[[], int] = lambda: 0   # polls held by wake-up coalescing (coalesce.py)

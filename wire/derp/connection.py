@@ -65,6 +65,17 @@ class Forwarded:
 
 
 @dataclass(frozen=True, slots=True)
+class ForwardedBatch:
+    """One ForwardBatch from a peer relay (with `forward_batch` on): `packets` whole RecvPacket frames for
+    `dst`, concatenated in `data`, carrying `nbytes` of payload."""
+
+    dst: bytes
+    data: bytes
+    packets: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Sends:
     """SendPackets from the client (with `send_frames` on), already turned into the RecvPacket frames their
     receivers get (the client's key as source): destination key -> frames in arrival order. One event
@@ -83,7 +94,7 @@ class Connected:
 class ServerConnection:
     __slots__ = ("server_private", "server_public", "state", "deadline", "decoder", "client_key",
                  "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "recv_frames", "send_frames",
-                 "_error")
+                 "forward_batch", "_error")
 
     def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
                  max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
@@ -101,6 +112,7 @@ class ServerConnection:
         self.mesh_extensions = False  # set for a peer relay: burrow's ForwardIroh is decoded, not skipped
         self.recv_frames = False      # set for a peer relay: ForwardPackets come as Forwarded RecvPacket frames
         self.send_frames = False      # SendPackets come as Sends of RecvPacket frames rather than one by one
+        self.forward_batch = False    # set for a peer relay told (ServerInfo) that it may send ForwardBatch
         self._error: f.ProtocolError | None = None
 
     def greeting(self) -> bytes:
@@ -216,6 +228,16 @@ class ServerConnection:
                     # src + payload under a RecvPacket header: the payload is copied once
                     frame = join((pack(f.RECV_PACKET, length - key), view[body:body + key], view[body + 2 * key:end]))
                     dst, kind = bytes(view[body + key:body + 2 * key]), Forwarded
+                elif ftype == f.FORWARD_BATCH and self.forward_batch:
+                    if batch is not None:
+                        events[run_at], batch = run(batch, batched), None
+                    if length < key + 4:
+                        raise f.MalformedFrame("ForwardBatch: shorter than a key and a count")
+                    count = int.from_bytes(view[body + key:body + key + 4], "big")
+                    nbytes = f.check_forward_batch(buf, body + key + 4, end, count)
+                    append(ForwardedBatch(bytes(view[body:body + key]), bytes(view[body + key + 4:end]), count, nbytes))
+                    pos = end
+                    continue
                 else:
                     if batch is not None:
                         events[run_at], batch = run(batch, batched), None

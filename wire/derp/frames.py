@@ -56,6 +56,10 @@ PRESENT_NOT_IDEAL = 0x08
 FORWARD_IROH = 0x40          # mesh -> relay: src id, dst id, iroh datagram frame type, its body
 PRESENT_IS_IROH = 0x80       # PeerPresent flag: the key is an iroh endpoint id (Ed25519), not a DERP key
 PEER_GONE_IROH = 0x80        # PeerGone reason: that iroh endpoint left
+# mesh -> relay: dst key, u32 count, then that many complete RecvPacket frames for dst (one read's packets).
+# Sent only to a relay whose ServerInfo announces it (burrowForwardBatch); others get ForwardPacket.
+FORWARD_BATCH = 0x41
+FORWARD_BATCH_MAX = 256 * 1024  # bytes of RecvPacket frames in one ForwardBatch
 
 _HEADER = struct.Struct(">BI")
 _U32X2 = struct.Struct(">II")
@@ -436,3 +440,58 @@ class FrameDecoder:
     def next_frame(self):
         raw = self.next_raw()
         return None if raw is None else decode_frame(*raw)
+
+
+def forward_batches(dst: bytes, frames: list) -> list[bytes]:
+    """RecvPacket frames for `dst` as ForwardBatch frames (see forward_batch_runs)."""
+    return [b"".join((forward_batch_head(dst, stop - start, size), *frames[start:stop]))
+            for start, stop, size in forward_batch_runs(frames)]
+
+
+def forward_batch_runs(frames: list) -> list[tuple[int, int, int]]:
+    """(start, stop, bytes) of each ForwardBatch the frames go in: at most FORWARD_BATCH_MAX bytes of frames
+    each (a frame bigger than that goes alone)."""
+    runs: list[tuple[int, int, int]] = []
+    start = size = 0
+    for i, frame in enumerate(frames):
+        if i > start and size + len(frame) > FORWARD_BATCH_MAX:
+            runs.append((start, i, size))
+            start, size = i, 0
+        size += len(frame)
+    if frames:
+        runs.append((start, len(frames), size))
+    return runs
+
+
+def forward_batch_head(dst: bytes, count: int, size: int) -> bytes:
+    """A ForwardBatch frame up to its `count` RecvPacket frames of `size` bytes (which follow unchanged)."""
+    return _HEADER.pack(FORWARD_BATCH, KEY_LEN + 4 + size) + dst + count.to_bytes(4, "big")
+
+
+def check_forward_batch(buf, start: int, end: int, count: int) -> int:
+    """The payload bytes of the `count` RecvPacket frames in buf[start:end]; raises MalformedFrame unless they
+    are exactly that many whole RecvPacket frames."""
+    unpack, pos, payload = _HEADER.unpack_from, start, 0
+    if count == 0:
+        raise MalformedFrame("ForwardBatch: no frames")
+    for _ in range(count):
+        if end - pos < FRAME_HEADER_LEN + KEY_LEN:
+            raise MalformedFrame("ForwardBatch: fewer frames than its count")
+        ftype, length = unpack(buf, pos)
+        if ftype != RECV_PACKET or length < KEY_LEN:
+            raise MalformedFrame("ForwardBatch: holds a frame that is not a RecvPacket")
+        pos += FRAME_HEADER_LEN + length
+        payload += length - KEY_LEN
+    if pos != end:
+        raise MalformedFrame("ForwardBatch: length does not match its frames")
+    return payload
+
+
+def split_frames(data: bytes) -> list[bytes]:
+    """Whole DERP frames laid end to end (a checked ForwardBatch's body) -> one bytes per frame."""
+    unpack, pos, n, out = _HEADER.unpack_from, 0, len(data), []
+    while pos < n:
+        end = pos + FRAME_HEADER_LEN + unpack(data, pos)[1]
+        out.append(data[pos:end])
+        pos = end
+    return out

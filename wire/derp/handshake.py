@@ -94,9 +94,12 @@ class ServerInfoJSON:
     version: int = PROTOCOL_VERSION
     token_bucket_bytes_per_second: int = 0
     token_bucket_bytes_burst: int = 0
+    forward_batch: bool = False  # burrow: this relay takes ForwardBatch frames from its mesh peers
 
     def to_json(self) -> bytes:
         obj: dict = {"version": self.version}
+        if self.forward_batch:
+            obj["burrowForwardBatch"] = True
         if self.token_bucket_bytes_per_second:
             obj["TokenBucketBytesPerSecond"] = self.token_bucket_bytes_per_second
         if self.token_bucket_bytes_burst:
@@ -111,7 +114,8 @@ class ServerInfoJSON:
             v = obj.get(name, 0)
             return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
-        return cls(num("version"), num("TokenBucketBytesPerSecond"), num("TokenBucketBytesBurst"))
+        return cls(num("version"), num("TokenBucketBytesPerSecond"), num("TokenBucketBytesBurst"),
+                   obj.get("burrowForwardBatch") is True)
 
 
 def make_client_info(client_private: bytes, server_public: bytes, info: ClientInfoJSON) -> ClientInfo:

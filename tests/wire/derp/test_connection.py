@@ -14,6 +14,7 @@ from burrow.wire.derp.connection import (
     ClientHello,
     Connected,
     Forwarded,
+    ForwardedBatch,
     Sends,
     ServerConnection,
     Throttled,
@@ -191,6 +192,59 @@ def test_sends_are_the_recv_packets_byte_for_byte_grouped_per_destination_in_ord
     assert events[forwarded].frames == {a: [f.RecvPacket(fwd.src, fwd.payload).encode()]}
 
 
+def batch_server() -> ServerConnection:
+    server, client = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
+    handshake(server, client)
+    server.forward_batch = True
+    server.decoder.max_frame_len = f.KEY_LEN + 4 + f.FORWARD_BATCH_MAX
+    return server
+
+
+def test_forward_batch_round_trip_split_anywhere():
+    """ForwardBatch frames carry a read's RecvPacket frames byte for byte, in order, with their count and
+    payload bytes, however the stream is cut; big reads go in several batches, a frame between keeps its place."""
+    dst, src = b"\xaa" * 32, b"\x5c" * 32
+    sizes = [0, 1, 1200, 65535, 65536, 65536, 65536, 65536, 7]
+    frames = [f.RecvPacket(src, bytes([i]) * n).encode() for i, n in enumerate(sizes)]
+    batches = f.forward_batches(dst, frames)
+    assert len(batches) == 2 and all(len(b) <= f.FRAME_HEADER_LEN + 36 + f.FORWARD_BATCH_MAX for b in batches)
+    data = batches[0] + f.Ping(b"12345678").encode() + batches[1]
+    for cut in (1, 5, 40, 41, 1000, len(batches[0]) - 1, len(batches[0]) + 3, len(data) - 1):
+        server = batch_server()
+        events = server.receive_data(data[:cut], 1.0) + server.receive_data(data[cut:], 1.0)
+        assert [type(e) for e in events] == [ForwardedBatch, f.Ping, ForwardedBatch]
+        got = [ev for ev in events if type(ev) is ForwardedBatch]
+        assert all(ev.dst == dst for ev in got)
+        assert b"".join(ev.data for ev in got) == b"".join(frames)
+        assert sum(ev.packets for ev in got) == len(frames) and sum(ev.nbytes for ev in got) == sum(sizes)
+        assert f.split_frames(got[0].data) + f.split_frames(got[1].data) == frames
+    # a connection that was not told to take them skips them, as an unknown frame
+    plain, client = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
+    handshake(plain, client)
+    assert plain.receive_data(f.forward_batches(dst, frames[:2])[0], 1.0) == [] and plain.unknown_frames == 1
+
+
+@pytest.mark.parametrize("count, body", [
+    (3, b""),                                                  # fewer frames than the count
+    (0, b""),                                                  # none
+    (1, b"\x05\x00\x00\x00\x30" + b"k" * 32 + b"ab"),             # a frame runs past the batch
+    (1, f.RecvPacket(b"k" * 32, b"x").encode() + b"extra"),     # bytes after the last frame
+    (1, f.Ping(b"12345678").encode()),                         # not a RecvPacket
+])
+def test_an_inconsistent_forward_batch_is_a_protocol_error(count, body):
+    server = batch_server()
+    frame = f.header(f.FORWARD_BATCH, 36 + len(body)) + b"d" * 32 + count.to_bytes(4, "big") + body
+    with pytest.raises(f.MalformedFrame, match="ForwardBatch"):
+        server.receive_data(frame, 1.0)
+    with pytest.raises(f.MalformedFrame):  # terminal
+        server.receive_data(b"", 1.0)
+
+
+def test_server_info_announces_forward_batch_only_when_set():
+    assert ServerInfoJSON.from_json(ServerInfoJSON(forward_batch=True).to_json()).forward_batch
+    assert b"burrow" not in ServerInfoJSON().to_json() and not ServerInfoJSON.from_json(b"{}").forward_batch
+
+
 def test_packet_size_limit_after_handshake():
     server, client = ServerConnection(SERVER, 0.0, max_frame_len=32 + 1000), ClientConnection(CLIENT)
     handshake(server, client)
@@ -249,6 +303,18 @@ def test_fuzz_server_machine_raises_only_protocol_error(blob):
     handshake(server2, client)
     try:
         server2.receive_data(blob, 1.0)
+    except f.ProtocolError:
+        pass
+
+
+@given(st.integers(0, 5), st.binary(max_size=600))
+@settings(max_examples=300, deadline=None)
+def test_fuzz_forward_batch_raises_only_protocol_error(count, body):
+    server = batch_server()
+    frame = f.header(f.FORWARD_BATCH, 36 + len(body)) + b"d" * 32 + count.to_bytes(4, "big") + body
+    try:
+        for ev in server.receive_data(frame, 1.0):
+            assert type(ev) is ForwardedBatch and f.split_frames(ev.data) and ev.packets == count
     except f.ProtocolError:
         pass
 
