@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import ssl
 
 from burrow.client.derp import DerpClient
@@ -13,6 +14,7 @@ from burrow.packet_relay.config import RelayConfig
 from burrow.packet_relay.server import RelayServer
 from burrow.wire.derp import frames as f
 from burrow.wire.derp.connection import ClientConnection, Connected
+from harness.ports import free_port
 
 TIMEOUT = 10.0
 
@@ -34,6 +36,19 @@ async def running_relay(tmp_path, **overrides):
         yield server
     finally:
         await server.stop()
+
+
+def two_node_mesh(tmp_path) -> tuple[list[int], dict]:
+    """Settings for relays a and b meshed in this process (directories tmp_path/a and tmp_path/b made):
+    their HTTPS ports, and what both pass to running_relay (one certificate, one mesh key, both peers)."""
+    mesh_key = tmp_path / "mesh.key"
+    mesh_key.write_text(os.urandom(32).hex())
+    ports = [free_port(), free_port()]
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    return ports, dict(tls_dir=str(tmp_path / "tls"), mesh_key_file=str(mesh_key),
+                       mesh_ca_file=str(tmp_path / "tls/relay.crt"),
+                       mesh_with=",".join(f"https://127.0.0.1:{p}" for p in ports))
 
 
 def url(server: RelayServer) -> str:

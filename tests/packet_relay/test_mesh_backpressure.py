@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 
 from burrow.client.derp import DerpClient
-from harness.ports import free_port
 
-from .derp_util import running_relay
+from .derp_util import running_relay, two_node_mesh
 from .mesh_util import exchange
 
 PACKETS = 20000        # 24 MB of 1200-byte packets: far beyond the socket buffers and the link's backlog
@@ -28,13 +26,7 @@ async def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
 @contextlib.asynccontextmanager
 async def sender_and_receiver_on_two_meshed_relays(tmp_path):
     """Relays a and b meshed in this process; s on a, r on b, the route from s to r known."""
-    mesh_key = tmp_path / "mesh.key"
-    mesh_key.write_text(os.urandom(32).hex())
-    ports = [free_port(), free_port()]
-    common = dict(tls_dir=str(tmp_path / "tls"), mesh_key_file=str(mesh_key), mesh_ca_file=str(tmp_path / "tls/relay.crt"),
-                  mesh_with=",".join(f"https://127.0.0.1:{p}" for p in ports))
-    for d in ("a", "b"):
-        (tmp_path / d).mkdir()
+    ports, common = two_node_mesh(tmp_path)
     async with running_relay(tmp_path / "a", https_port=ports[0], **common) as a, \
             running_relay(tmp_path / "b", https_port=ports[1], **common) as b:
         await wait_until(lambda: a.mesh.peers_up() == 1 and b.mesh.peers_up() == 1, "the mesh")
@@ -87,13 +79,8 @@ async def test_a_backed_up_mesh_link_pauses_its_senders_instead_of_dropping(tmp_
 
 async def test_relays_behind_proxy_protocol_mesh_with_a_local_header(tmp_path):
     """With --proxy-protocol every connection must open with a PROXY header; mesh links send a LOCAL one."""
-    mesh_key = tmp_path / "mesh.key"
-    mesh_key.write_text(os.urandom(32).hex())
-    ports = [free_port(), free_port()]
-    common = dict(tls_dir=str(tmp_path / "tls"), mesh_key_file=str(mesh_key), mesh_ca_file=str(tmp_path / "tls/relay.crt"),
-                  mesh_with=",".join(f"https://127.0.0.1:{p}" for p in ports), proxy_protocol=True)
-    for d in ("a", "b"):
-        (tmp_path / d).mkdir()
+    ports, common = two_node_mesh(tmp_path)
+    common["proxy_protocol"] = True
     async with running_relay(tmp_path / "a", https_port=ports[0], **common) as a, \
             running_relay(tmp_path / "b", https_port=ports[1], **common) as b:
         await wait_until(lambda: a.mesh.peers_up() == 1 and b.mesh.peers_up() == 1, "the mesh")

@@ -5,15 +5,13 @@ announce it gets ForwardPacket, as derper would; a broken batch closes only that
 from __future__ import annotations
 
 import contextlib
-import os
 
 from burrow.client.derp import DerpClient
 from burrow.packet_relay.mesh import MeshCollector
 from burrow.wire.derp import frames as f
 from burrow.wire.derp.handshake import ServerInfoJSON
-from harness.ports import free_port
 
-from .derp_util import running_relay
+from .derp_util import running_relay, two_node_mesh
 from .test_mesh_backpressure import wait_until
 
 PACKETS = 300
@@ -22,13 +20,7 @@ PACKETS = 300
 @contextlib.asynccontextmanager
 async def two_relays(tmp_path, b_announces: bool = True):
     """Relays a and b meshed; b started first, so what it announces is set before a dials it."""
-    mesh_key = tmp_path / "mesh.key"
-    mesh_key.write_text(os.urandom(32).hex())
-    ports = [free_port(), free_port()]
-    common = dict(tls_dir=str(tmp_path / "tls"), mesh_key_file=str(mesh_key), mesh_ca_file=str(tmp_path / "tls/relay.crt"),
-                  mesh_with=",".join(f"https://127.0.0.1:{p}" for p in ports))
-    for d in ("a", "b"):
-        (tmp_path / d).mkdir()
+    ports, common = two_node_mesh(tmp_path)
     async with running_relay(tmp_path / "b", https_port=ports[1], **common) as b:
         if not b_announces:
             b.mesh_server_info = ServerInfoJSON()  # as an older burrow relay (or derper) answers
