@@ -246,6 +246,8 @@ async def connect_unless_peer_gives_up(w: Wormhole, transit: Transit) -> RecordP
             if not peer.done():
                 peer.cancel()
         if connecting.done():
+            if peer.done() and not peer.cancelled():
+                peer.exception()  # the peer's error raced our own result: ours is the one reported
             return connecting.result()
         try:
             peer.result()  # raises TransferError for the receiver's error; other messages are not for now
