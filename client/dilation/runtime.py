@@ -4,8 +4,9 @@ in:  `dilate-N` plaintexts (received_message), the peer's versions (start), app 
 out: `dilate-N` messages (send_phase), (reader, writer) pairs per subchannel, status events, records
 
 It glues the sans-IO layers: manager.Manager (L1) decides generations, transport.Connector runs one
-generation's race (L2), connection.Keepalive watches the selected connection (L3), reliable.Outbound/Inbound
-re-send and deduplicate (L4), subchannel.Mux routes OPEN/DATA/CLOSE (L5).
+generation's race (L2; generations.py starts and stops them), connection.Keepalive watches the selected
+connection (L3), reliable.Outbound/Inbound re-send and deduplicate (L4), subchannel.Mux routes
+OPEN/DATA/CLOSE (L5).
 
 Flow control: writers `await drain()` while the unacknowledged bytes exceed `max_unacked_bytes` or the
 socket's buffer is above its high-water mark; the L2 connection stops reading while any subchannel reader holds
@@ -34,10 +35,10 @@ from burrow.client.dilation.connection import (
     RecordCodec,
     Stop,
 )
-from burrow.client.dilation.disco_link import DiscoLink, close_quietly
-from burrow.client.dilation.disco_link import parse_hint as parse_disco_hint
+from burrow.client.dilation.disco_link import close_quietly
 from burrow.client.dilation.errors import DilationError, ProtocolError
 from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
+from burrow.client.dilation.generations import Generations
 from burrow.client.dilation.manager import (
     Abandon,
     Failed,
@@ -71,7 +72,6 @@ READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the conne
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
-DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
 # ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
 # otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
 ACK_EVERY_BYTES = 2 * 1024 * 1024
@@ -86,7 +86,7 @@ class DilationStatus:
     reason: str | None = None
 
 
-class Dilation:
+class Dilation(Generations):
     """One dilated wormhole. Applications use open(), listen(), when_connected(), when_stopped(), flush(),
     close(), and read status, leader and counters (docs/dilation.md says what each means); the other methods
     are called by transport.py and stream.py, and the other attributes are the layers' state."""
@@ -194,22 +194,6 @@ class Dilation:
             elif isinstance(a, Failed):
                 self._fail(a.reason)
 
-    def _note_peer_disco(self, hints: list) -> None:
-        """Keep the peer's latest derp-disco-v1 hint: the Leader's QUIC rate probes use it after the win."""
-        for h in hints:
-            parsed = parse_disco_hint(h)
-            if parsed is not None:
-                self._peer_disco = parsed
-                self.know_peer_disco()
-
-    def know_peer_disco(self) -> None:
-        """Once both our Disco endpoint and the peer's hint exist: our endpoint answers the peer's Disco (it
-        drops packets from keys it was not given), also when the hint came after the generation's win."""
-        t, hint = self._disco, self._peer_disco
-        if hint is not None and t is not None and t.done() and not t.cancelled() and t.exception() is None:
-            with contextlib.suppress(ValueError):  # the endpoint's peer limit
-                t.result().endpoint.add_peer(hint[1], hint[2], hint[3])
-
     def _set_status(self, name: str, path: str | None = None) -> None:
         self.status = DilationStatus(name, self.manager.generation, path)
         if name == "stopped" and not self._stopped.done():
@@ -234,52 +218,6 @@ class Dilation:
             if not self._role_known.done():
                 self._role_known.set_result(None)
 
-    def _start_generation(self, generation: int) -> None:
-        self._ensure_role()
-        carried = self._probed.hand_over() if self._probed is not None and self._probed.searching else []
-        self._stop_generation()
-        version = self.manager.version or "ged"
-        c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
-                      codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
-                      listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
-                      max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen,
-                      prefer_quic=self._prefer_quic, relay_first=self._relay_first)
-        c.keep_listening = self._peer_upgrades and not self.manager.leader
-        c.adopt(carried)
-        self._connector = c
-        self._spawn(c.start())
-        if self.manager.leader:
-            self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
-
-    def direct_found(self, c: Connector, p: L2Protocol) -> None:
-        upgrade.take_direct(self, c, p)
-
-    def _generation_expired(self, c: Connector) -> None:
-        if self._connector is c and c.winner is None:
-            self._run(self.manager.leader_gave_up_connecting())
-
-    def _stop_generation(self, connected: bool = False) -> None:
-        """`connected`: the generation's connection was just selected; a Follower then keeps its listeners
-        until the next generation when the peer takes upgrades (the Leader's probes connect there)."""
-        if self._gen_timer is not None:
-            self._gen_timer.cancel()
-            self._gen_timer = None
-        if self._probed is not None:
-            self._probed.stop(keep=self._probed.winner)
-            self._probed.close_listeners()
-            self._probed = None
-        c, self._connector = self._connector, None
-        if c is not None and connected and c.searching and c.winner is self.connection:
-            self._probed = c
-            window = upgrade.SEARCH_BEHIND + (0.0 if self.manager.leader else upgrade.FOLLOWER_SEARCH_MARGIN)
-            self._loop.call_later(window, upgrade.end_search, self, c)
-        elif c is not None:
-            c.stop(keep=c.winner)
-            if connected and c.keep_listening and c.winner is not None and c.winner is self.connection:
-                self._probed = c
-            else:
-                c.close_listeners()
-
     def _spawn(self, coro) -> None:
         t = self._loop.create_task(coro)
         self._tasks.add(t)
@@ -289,25 +227,6 @@ class Dilation:
         self._tasks.discard(t)
         if not t.cancelled() and t.exception() is not None:
             log.warning("dilation task failed: %r", t.exception())
-
-    async def disco_link(self) -> DiscoLink | None:
-        """Our Disco endpoint when the options name a DERP relay (started at the first call), else None."""
-        url = getattr(self._nat, "derp_url", None)
-        if not url:
-            return None
-        if self._disco is None:
-            self._disco = self._loop.create_task(self._start_disco())
-        try:
-            return await asyncio.shield(self._disco)
-        except Exception as e:
-            log.info("dilation: no UDP punching through %s: %r", url, e)
-            return None
-
-    async def _start_disco(self) -> DiscoLink:
-        link = DiscoLink(self._nat)
-        async with asyncio.timeout(DISCO_START_TIMEOUT):
-            await link.start()
-        return link
 
     # ---------------------------------------------------------------- L2/L3 events
     def on_connection_made(self, connector: Connector, p: L2Protocol) -> None:
