@@ -6,7 +6,7 @@ out: `dilate-N` messages (send_phase), (reader, writer) pairs per subchannel, st
 It glues the sans-IO layers: manager.Manager (L1) decides generations, transport.Connector runs one
 generation's race (L2; generations.py starts and stops them), connection.Keepalive watches the selected
 connection (L3), reliable.Outbound/Inbound re-send and deduplicate (L4), subchannel.Mux routes
-OPEN/DATA/CLOSE (L5).
+OPEN/DATA/CLOSE (L5; subchannel_io.py serves the stream objects).
 
 Flow control: writers `await drain()` while the unacknowledged bytes exceed `max_unacked_bytes` or the
 socket's buffer is above its high-water mark; the L2 connection stops reading while any subchannel reader holds
@@ -54,6 +54,7 @@ from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, 
 from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, UpgradePolicy
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
+from burrow.client.dilation.subchannel_io import SubchannelIO
 from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
 from burrow.client.dilation.versions import (
     RELAY_FIRST_EXTENSION,
@@ -86,10 +87,11 @@ class DilationStatus:
     reason: str | None = None
 
 
-class Dilation(Generations):
+class Dilation(Generations, SubchannelIO):
     """One dilated wormhole. Applications use open(), listen(), when_connected(), when_stopped(), flush(),
     close(), and read status, leader and counters (docs/dilation.md says what each means); the other methods
-    are called by transport.py and stream.py, and the other attributes are the layers' state."""
+    are called by transport.py and stream.py (those of stream.py are in subchannel_io.py, the generations'
+    in generations.py), and the other attributes are the layers' state."""
 
     def __init__(self, *, send_phase: Callable[[str, bytes], None], dilation_key: bytes,
                  transit_relay: str | None = None, listen: bool = True, listen_addresses: list[str] | None = None,
@@ -391,87 +393,6 @@ class Dilation(Generations):
             self._writable.clear()
         else:
             self._writable.set()
-
-    # ---------------------------------------------------------------- L5 for the stream objects
-    def _make_pair(self, scid: int, subprotocol: str) -> tuple[SubchannelReader, SubchannelWriter]:
-        reader = SubchannelReader(self, scid, limit=self._reader_limit)
-        writer = SubchannelWriter(self, scid, subprotocol)
-        self._readers[scid] = reader
-        self._writers[scid] = writer
-        return reader, writer
-
-    def _accepted(self, scid: int, subprotocol: str) -> None:
-        if scid not in self._readers:
-            self._make_pair(scid, subprotocol)
-        q = self._listeners.get(subprotocol)
-        if q is None:
-            return
-        if q.full():  # the app is not accepting: refuse rather than buffer without bound
-            log.warning("listener for %r has %d unaccepted subchannels; refusing one", subprotocol, q.qsize())
-            self.counters["ignored"] += 1
-            self._readers[scid].feed_eof()
-            self.subchannel_close(scid)
-            return
-        q.put_nowait((self._readers[scid], self._writers[scid]))
-
-    def _finished(self, scid: int) -> None:
-        self._paused_readers.discard(scid)
-        w = self._writers.pop(scid, None)
-        self._readers.pop(scid, None)
-        if w is not None:
-            w._finished()
-        self._maybe_resume_reading()
-
-    def subchannel_write(self, scid: int, data: bytes) -> None:
-        """Queue app bytes as DATA records (L4 keeps them until acknowledged) and send them if connected."""
-        step = self.max_record_payload
-        if len(data) <= step:
-            chunks = [data]
-        else:  # views of the (immutable) bytes: L4 keeps them until acknowledged, nothing is copied
-            view = memoryview(data)
-            chunks = [view[i : i + step] for i in range(0, len(data), step)]
-        records = [self.mux.write(scid, chunk) for chunk in chunks]
-        p = self.connection
-        if p is not None and not p.closed:
-            p.write_records(records)
-        if self.outbound.full:
-            self._writable.clear()
-
-    def subchannel_close(self, scid: int) -> None:
-        rec, events = self.mux.close(scid)
-        if rec is not None:
-            self._send_now(rec)
-        for ev in events:
-            self._deliver(ev)
-
-    def subchannel_stop_reading(self, scid: int) -> None:
-        """writer.close(): the reader gets EOF now; later DATA for it finds no reader and is dropped (still
-        acknowledged, so the peer is never stuck)."""
-        reader = self._readers.pop(scid, None)
-        if reader is not None and not reader._eof:
-            reader.feed_eof()
-        if scid in self._paused_readers:
-            self._paused_readers.discard(scid)
-            self._maybe_resume_reading()
-
-    def reader_paused(self, scid: int, paused: bool) -> None:
-        if paused:
-            if not self._paused_readers and self.connection is not None:
-                self.connection.transport.pause_reading()
-            self._paused_readers.add(scid)
-        else:
-            self._paused_readers.discard(scid)
-            self._maybe_resume_reading()
-
-    def _maybe_resume_reading(self) -> None:
-        if not self._paused_readers and self.connection is not None and not self.connection.closed:
-            self.connection.transport.resume_reading()
-
-    async def wait_writable(self) -> None:
-        # Event.set() wakes every waiting writer; the first one to write may fill the connection again, so
-        # each re-checks instead of piling its write on top
-        while not self._writable.is_set():
-            await self._writable.wait()
 
     # ---------------------------------------------------------------- public API
     @property
