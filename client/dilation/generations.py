@@ -20,8 +20,9 @@ from burrow.client.dilation import upgrade
 from burrow.client.dilation.connection import RecordCodec
 from burrow.client.dilation.disco_link import DiscoLink
 from burrow.client.dilation.disco_link import parse_hint as parse_disco_hint
+from burrow.client.dilation.l2protocol import L2Protocol
 from burrow.client.dilation.manager import Manager
-from burrow.client.dilation.transport import Connector, L2Protocol
+from burrow.client.dilation.transport import Connector
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ from burrow.client.dilation.disco_link import close_quietly
 from burrow.client.dilation.errors import DilationError, ProtocolError
 from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
 from burrow.client.dilation.generations import Generations
+from burrow.client.dilation.l2protocol import L2Protocol
 from burrow.client.dilation.manager import (
     Abandon,
     Failed,
@@ -55,7 +56,7 @@ from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, Upgr
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
 from burrow.client.dilation.subchannel_io import SubchannelIO
-from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
+from burrow.client.dilation.transport import Connector, parse_relay_location
 from burrow.client.dilation.versions import (
     RELAY_FIRST_EXTENSION,
     STOP_EXTENSION,
@@ -90,8 +91,8 @@ class DilationStatus:
 class Dilation(Generations, SubchannelIO):
     """One dilated wormhole. Applications use open(), listen(), when_connected(), when_stopped(), flush(),
     close(), and read status, leader and counters (docs/dilation.md says what each means); the other methods
-    are called by transport.py and stream.py (those of stream.py are in subchannel_io.py, the generations'
-    in generations.py), and the other attributes are the layers' state."""
+    are called by transport.py, l2protocol.py and stream.py (those of stream.py are in subchannel_io.py, the
+    generations' in generations.py), and the other attributes are the layers' state."""
 
     def __init__(self, *, send_phase: Callable[[str, bytes], None], dilation_key: bytes,
                  transit_relay: str | None = None, listen: bool = True, listen_addresses: list[str] | None = None,

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from burrow.client.dilation.l2protocol import L2Protocol
 from burrow.client.dilation.reliable import Outbound
 from burrow.client.dilation.stream import SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Mux
-from burrow.client.dilation.transport import L2Protocol
 
 log = logging.getLogger(__name__)
 
