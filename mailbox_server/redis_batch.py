@@ -237,6 +237,7 @@ class BatchSender:
     def _answer(self, groups: list[list[Job]], replies: list) -> list[Job]:
         """Answer each job from its script's reply; the jobs to run again once the script is loaded."""
         again = []
+        deliver = self.lean is not None  # the lean connection: this replica delivers its own adds
         pairs: list[tuple[Job, Any]] = []
         for g, reply in zip(groups, replies, strict=True):
             if len(g) == 1 or isinstance(reply, Exception):  # a failed call failed every op in it
@@ -245,7 +246,7 @@ class BatchSender:
                 pairs += zip(g, reply, strict=True)
         for j, reply in pairs:
             if type(reply) is list:  # the usual case first: an op's reply, no error checks to run
-                self.host.answered(j.req, reply_result(j.req.op, reply, msg=j.msg, deliver=self.lean is not None))
+                self.host.answered(j.req, reply_result(j.req.op, reply, msg=j.msg, deliver=deliver))
             elif is_noscript(reply):  # Redis restarted without its script cache
                 again.append(j)
             elif isinstance(reply, (ResponseError, ReplyError)):
@@ -254,7 +255,7 @@ class BatchSender:
             elif isinstance(reply, Exception):
                 self._hold([j])
             else:
-                self.host.answered(j.req, reply_result(j.req.op, reply, msg=j.msg, deliver=self.lean is not None))
+                self.host.answered(j.req, reply_result(j.req.op, reply, msg=j.msg, deliver=deliver))
         return again
 
     def _args(self, job: Job) -> list:
