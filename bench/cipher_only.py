@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # the client's own transport cipher (ChaCha20-Poly1305, counter nonces) and record layout, so both sides make
 # the same calls on the same lengths as burrow
 from burrow.client.apps.transfer import RECORD_SIZE  # noqa: E402
+from burrow.client.dilation.l2protocol import SEAL_BATCH as BATCH  # noqa: E402
 from burrow.client.dilation.noise import NOISE_MAX_PAYLOAD as PIECE  # noqa: E402
 from burrow.client.dilation.noise import _Cipher  # noqa: E402
 from burrow.client.dilation.runtime import MAX_RECORD_PAYLOAD as PAYLOAD  # noqa: E402
-from burrow.client.dilation.transport import SEAL_BATCH as BATCH  # noqa: E402
 from burrow.client.sodium import secretbox  # noqa: E402
 
 RECORD = 9 + PAYLOAD  # plaintext bytes per record: DATA header and payload

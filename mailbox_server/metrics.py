@@ -22,7 +22,7 @@ from . import messages
 P = "burrow_mailbox_"
 
 # every label value the server can produce, shown at 0 from the start (state.py, protocol.py, memory.py,
-# redis_lua.py, store_redis.py, wsconn.py, server.py)
+# redis_lua.py, store_redis.py, redis_batch.py, wsconn.py, server.py)
 MAILBOX_MOODS = ("happy", "lonely", "quiet", "errory", "scary", "pruney", "crowded")
 NAMEPLATE_MOODS = ("happy", "lonely", "pruney", "crowded")
 ERROR_TEXTS = tuple(v for k, v in vars(messages).items() if k.isupper() and isinstance(v, str)) + (

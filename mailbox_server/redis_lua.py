@@ -2,8 +2,9 @@
 
 KEYS[1] is the app's key prefix `burrow:mailbox:{<app>}:`; every key the script touches starts with it,
 so in a Redis Cluster they all live in the app's slot. ARGV[1] is a JSON array A describing one op (built
-by store_redis.py), or an array of such arrays: consecutive ops of one app, run in order in one call (fewer
-calls to parse, dispatch and answer), answered by an array of their replies. A is:
+by redis_batch.py, and for touch and prune by store_redis.py), or an array of such arrays: consecutive
+ops of one app, run in order in one call (fewer calls to parse, dispatch and answer), answered by an
+array of their replies. A is:
 
   1 op  2 side  3 now  4 replica  5 op id  6 retry (1: answer from the recorded result if there is one)
   7 max messages per mailbox  8 max mailbox bytes  9 max stored bytes  10 max mailboxes
@@ -21,7 +22,23 @@ ids by last use), stats (hash: m mailboxes, n nameplates, b body bytes), done:<o
 reply, 5 minutes: '=<number>' for an add, else the reply as JSON). Channel: bus:<replica> (sharded
 pub/sub): 'm<index> <id length> <id><json>' for a new message (not to the replica named in the add's
 last argument: it delivers from the reply), 'g<id>' for a deleted mailbox.
+
+`app_prefix` names KEYS[1]; APPS (outside every app's slot) lists the app ids seen.
 """
+
+import hashlib
+
+from burrow.common.redis import key
+
+SERVICE = "mailbox"
+APPS = key(SERVICE, "apps")  # every app id seen, for pruning and the totals behind the global limits
+
+
+def app_prefix(app: str) -> str:
+    """`burrow:mailbox:{<app>}:`; an app id with braces (or a very long one) is tagged by its hash."""
+    tag = app if len(app) <= 200 and "{" not in app and "}" not in app else "h" + hashlib.sha1(app.encode()).hexdigest()
+    return key(SERVICE, tag, "")
+
 
 SCRIPT = r"""
 local P = KEYS[1]

@@ -4,8 +4,9 @@ in:  `dilate-N` plaintexts (received_message), the peer's versions (start), app 
 out: `dilate-N` messages (send_phase), (reader, writer) pairs per subchannel, status events, records
 
 It glues the sans-IO layers: manager.Manager (L1) decides generations, transport.Connector runs one
-generation's race (L2), connection.Keepalive watches the selected connection (L3), reliable.Outbound/Inbound
-re-send and deduplicate (L4), subchannel.Mux routes OPEN/DATA/CLOSE (L5).
+generation's race (L2; generations.py starts and stops them), connection.Keepalive watches the selected
+connection (L3), reliable.Outbound/Inbound re-send and deduplicate (L4), subchannel.Mux routes
+OPEN/DATA/CLOSE (L5; subchannel_io.py serves the stream objects).
 
 Flow control: writers `await drain()` while the unacknowledged bytes exceed `max_unacked_bytes` or the
 socket's buffer is above its high-water mark; the L2 connection stops reading while any subchannel reader holds
@@ -34,10 +35,11 @@ from burrow.client.dilation.connection import (
     RecordCodec,
     Stop,
 )
-from burrow.client.dilation.disco_link import DiscoLink, close_quietly
-from burrow.client.dilation.disco_link import parse_hint as parse_disco_hint
+from burrow.client.dilation.disco_link import close_quietly
 from burrow.client.dilation.errors import DilationError, ProtocolError
 from burrow.client.dilation.framing import DEFAULT_MAX_FRAME
+from burrow.client.dilation.generations import Generations
+from burrow.client.dilation.l2protocol import L2Protocol
 from burrow.client.dilation.manager import (
     Abandon,
     Failed,
@@ -53,7 +55,8 @@ from burrow.client.dilation.reliable import DEFAULT_MAX_UNACKED_BYTES, Inbound, 
 from burrow.client.dilation.selection import QUIC_MARGIN, UPGRADE_INTERVAL, UpgradePolicy
 from burrow.client.dilation.stream import SubchannelListener, SubchannelReader, SubchannelWriter
 from burrow.client.dilation.subchannel import Accepted, EndOfStream, Finished, Ignored, Mux, Pending, Received
-from burrow.client.dilation.transport import Connector, L2Protocol, parse_relay_location
+from burrow.client.dilation.subchannel_io import SubchannelIO
+from burrow.client.dilation.transport import Connector, parse_relay_location
 from burrow.client.dilation.versions import (
     RELAY_FIRST_EXTENSION,
     STOP_EXTENSION,
@@ -71,7 +74,6 @@ READER_LIMIT = 1024 * 1024  # bytes a subchannel reader buffers before the conne
 LISTEN_BACKLOG = 64  # accepted subchannels waiting for `accept()` per subprotocol
 GENERATION_TIMEOUT = 60.0  # seconds the Leader waits for a generation to connect before starting another
 CLOSE_TIMEOUT = 10.0  # seconds `close()` waits for our queued records to be acknowledged
-DISCO_START_TIMEOUT = 10.0  # seconds to reach the DERP relay (and STUN) before going without UDP punching
 # ACKs are cumulative, so one per batch of reads is enough: ack at once after this many sequenced bytes,
 # otherwise within ACK_DELAY. Each ACK costs a send here, two splices in a relay and a wakeup at the sender.
 ACK_EVERY_BYTES = 2 * 1024 * 1024
@@ -86,10 +88,11 @@ class DilationStatus:
     reason: str | None = None
 
 
-class Dilation:
+class Dilation(Generations, SubchannelIO):
     """One dilated wormhole. Applications use open(), listen(), when_connected(), when_stopped(), flush(),
     close(), and read status, leader and counters (docs/dilation.md says what each means); the other methods
-    are called by transport.py and stream.py, and the other attributes are the layers' state."""
+    are called by transport.py, l2protocol.py and stream.py (those of stream.py are in subchannel_io.py, the
+    generations' in generations.py), and the other attributes are the layers' state."""
 
     def __init__(self, *, send_phase: Callable[[str, bytes], None], dilation_key: bytes,
                  transit_relay: str | None = None, listen: bool = True, listen_addresses: list[str] | None = None,
@@ -194,22 +197,6 @@ class Dilation:
             elif isinstance(a, Failed):
                 self._fail(a.reason)
 
-    def _note_peer_disco(self, hints: list) -> None:
-        """Keep the peer's latest derp-disco-v1 hint: the Leader's QUIC rate probes use it after the win."""
-        for h in hints:
-            parsed = parse_disco_hint(h)
-            if parsed is not None:
-                self._peer_disco = parsed
-                self.know_peer_disco()
-
-    def know_peer_disco(self) -> None:
-        """Once both our Disco endpoint and the peer's hint exist: our endpoint answers the peer's Disco (it
-        drops packets from keys it was not given), also when the hint came after the generation's win."""
-        t, hint = self._disco, self._peer_disco
-        if hint is not None and t is not None and t.done() and not t.cancelled() and t.exception() is None:
-            with contextlib.suppress(ValueError):  # the endpoint's peer limit
-                t.result().endpoint.add_peer(hint[1], hint[2], hint[3])
-
     def _set_status(self, name: str, path: str | None = None) -> None:
         self.status = DilationStatus(name, self.manager.generation, path)
         if name == "stopped" and not self._stopped.done():
@@ -234,52 +221,6 @@ class Dilation:
             if not self._role_known.done():
                 self._role_known.set_result(None)
 
-    def _start_generation(self, generation: int) -> None:
-        self._ensure_role()
-        carried = self._probed.hand_over() if self._probed is not None and self._probed.searching else []
-        self._stop_generation()
-        version = self.manager.version or "ged"
-        c = Connector(self, generation, leader=self.manager.leader, side=self.manager.side, key=self._key,
-                      codec_factory=lambda: RecordCodec(version), relay=self._relay, listen=self._listen,
-                      listen_addresses=self._listen_addresses, relay_delay=self._relay_delay,
-                      max_frame=self._max_frame, nat=self._nat, simopen=self.manager.peer_simopen,
-                      prefer_quic=self._prefer_quic, relay_first=self._relay_first)
-        c.keep_listening = self._peer_upgrades and not self.manager.leader
-        c.adopt(carried)
-        self._connector = c
-        self._spawn(c.start())
-        if self.manager.leader:
-            self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
-
-    def direct_found(self, c: Connector, p: L2Protocol) -> None:
-        upgrade.take_direct(self, c, p)
-
-    def _generation_expired(self, c: Connector) -> None:
-        if self._connector is c and c.winner is None:
-            self._run(self.manager.leader_gave_up_connecting())
-
-    def _stop_generation(self, connected: bool = False) -> None:
-        """`connected`: the generation's connection was just selected; a Follower then keeps its listeners
-        until the next generation when the peer takes upgrades (the Leader's probes connect there)."""
-        if self._gen_timer is not None:
-            self._gen_timer.cancel()
-            self._gen_timer = None
-        if self._probed is not None:
-            self._probed.stop(keep=self._probed.winner)
-            self._probed.close_listeners()
-            self._probed = None
-        c, self._connector = self._connector, None
-        if c is not None and connected and c.searching and c.winner is self.connection:
-            self._probed = c
-            window = upgrade.SEARCH_BEHIND + (0.0 if self.manager.leader else upgrade.FOLLOWER_SEARCH_MARGIN)
-            self._loop.call_later(window, upgrade.end_search, self, c)
-        elif c is not None:
-            c.stop(keep=c.winner)
-            if connected and c.keep_listening and c.winner is not None and c.winner is self.connection:
-                self._probed = c
-            else:
-                c.close_listeners()
-
     def _spawn(self, coro) -> None:
         t = self._loop.create_task(coro)
         self._tasks.add(t)
@@ -289,25 +230,6 @@ class Dilation:
         self._tasks.discard(t)
         if not t.cancelled() and t.exception() is not None:
             log.warning("dilation task failed: %r", t.exception())
-
-    async def disco_link(self) -> DiscoLink | None:
-        """Our Disco endpoint when the options name a DERP relay (started at the first call), else None."""
-        url = getattr(self._nat, "derp_url", None)
-        if not url:
-            return None
-        if self._disco is None:
-            self._disco = self._loop.create_task(self._start_disco())
-        try:
-            return await asyncio.shield(self._disco)
-        except Exception as e:
-            log.info("dilation: no UDP punching through %s: %r", url, e)
-            return None
-
-    async def _start_disco(self) -> DiscoLink:
-        link = DiscoLink(self._nat)
-        async with asyncio.timeout(DISCO_START_TIMEOUT):
-            await link.start()
-        return link
 
     # ---------------------------------------------------------------- L2/L3 events
     def on_connection_made(self, connector: Connector, p: L2Protocol) -> None:
@@ -472,87 +394,6 @@ class Dilation:
             self._writable.clear()
         else:
             self._writable.set()
-
-    # ---------------------------------------------------------------- L5 for the stream objects
-    def _make_pair(self, scid: int, subprotocol: str) -> tuple[SubchannelReader, SubchannelWriter]:
-        reader = SubchannelReader(self, scid, limit=self._reader_limit)
-        writer = SubchannelWriter(self, scid, subprotocol)
-        self._readers[scid] = reader
-        self._writers[scid] = writer
-        return reader, writer
-
-    def _accepted(self, scid: int, subprotocol: str) -> None:
-        if scid not in self._readers:
-            self._make_pair(scid, subprotocol)
-        q = self._listeners.get(subprotocol)
-        if q is None:
-            return
-        if q.full():  # the app is not accepting: refuse rather than buffer without bound
-            log.warning("listener for %r has %d unaccepted subchannels; refusing one", subprotocol, q.qsize())
-            self.counters["ignored"] += 1
-            self._readers[scid].feed_eof()
-            self.subchannel_close(scid)
-            return
-        q.put_nowait((self._readers[scid], self._writers[scid]))
-
-    def _finished(self, scid: int) -> None:
-        self._paused_readers.discard(scid)
-        w = self._writers.pop(scid, None)
-        self._readers.pop(scid, None)
-        if w is not None:
-            w._finished()
-        self._maybe_resume_reading()
-
-    def subchannel_write(self, scid: int, data: bytes) -> None:
-        """Queue app bytes as DATA records (L4 keeps them until acknowledged) and send them if connected."""
-        step = self.max_record_payload
-        if len(data) <= step:
-            chunks = [data]
-        else:  # views of the (immutable) bytes: L4 keeps them until acknowledged, nothing is copied
-            view = memoryview(data)
-            chunks = [view[i : i + step] for i in range(0, len(data), step)]
-        records = [self.mux.write(scid, chunk) for chunk in chunks]
-        p = self.connection
-        if p is not None and not p.closed:
-            p.write_records(records)
-        if self.outbound.full:
-            self._writable.clear()
-
-    def subchannel_close(self, scid: int) -> None:
-        rec, events = self.mux.close(scid)
-        if rec is not None:
-            self._send_now(rec)
-        for ev in events:
-            self._deliver(ev)
-
-    def subchannel_stop_reading(self, scid: int) -> None:
-        """writer.close(): the reader gets EOF now; later DATA for it finds no reader and is dropped (still
-        acknowledged, so the peer is never stuck)."""
-        reader = self._readers.pop(scid, None)
-        if reader is not None and not reader._eof:
-            reader.feed_eof()
-        if scid in self._paused_readers:
-            self._paused_readers.discard(scid)
-            self._maybe_resume_reading()
-
-    def reader_paused(self, scid: int, paused: bool) -> None:
-        if paused:
-            if not self._paused_readers and self.connection is not None:
-                self.connection.transport.pause_reading()
-            self._paused_readers.add(scid)
-        else:
-            self._paused_readers.discard(scid)
-            self._maybe_resume_reading()
-
-    def _maybe_resume_reading(self) -> None:
-        if not self._paused_readers and self.connection is not None and not self.connection.closed:
-            self.connection.transport.resume_reading()
-
-    async def wait_writable(self) -> None:
-        # Event.set() wakes every waiting writer; the first one to write may fill the connection again, so
-        # each re-checks instead of piling its write on top
-        while not self._writable.is_set():
-            await self._writable.wait()
 
     # ---------------------------------------------------------------- public API
     @property

@@ -14,7 +14,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from .transport import Connector, L2Protocol, probe_direct
+from .l2protocol import L2Protocol
+from .transport import Connector, probe_direct
 
 if TYPE_CHECKING:
     from .runtime import Dilation

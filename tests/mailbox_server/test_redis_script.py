@@ -4,12 +4,11 @@ import json
 
 import redis
 
-from burrow.mailbox_server.redis_lua import SCRIPT
-from burrow.mailbox_server.store_redis import app_prefix
+from burrow.mailbox_server.redis_lua import SCRIPT, app_prefix
 
 
 def op(name, side, now, opid, touched, *args, max_touched=1):
-    """One op as store_redis.py packs it (no limits but mailboxes per connection)."""
+    """One op as redis_batch.py packs it (no limits but mailboxes per connection)."""
     return [name, side, now, "r0", opid, "0", 0, 0, 0, 0, 0, 0, max_touched, len(touched), *touched, *args]
 
 

@@ -3,8 +3,8 @@ once no payload view of it is left."""
 
 from __future__ import annotations
 
+from burrow.client.dilation.l2protocol import L2Protocol
 from burrow.client.dilation.noise import NoiseSession
-from burrow.client.dilation.transport import L2Protocol
 
 KEY = bytes(range(32))
 
