@@ -9,6 +9,8 @@ from burrow.transit_relay.server import TransitServer
 from harness.redis import RedisServer
 
 TOKEN = b"0123456789abcdef" * 4
+# the three ways a TCP<->TCP pair is moved: splice in pump threads (default), splice from the event loop, copy
+PUMPS = {"threads": dict(splice=True), "loop": dict(splice=True, splice_threads=0), "copy": dict(splice=False)}
 
 
 def hs(side: bytes | None = None, token: bytes = TOKEN) -> bytes:
