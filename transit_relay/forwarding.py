@@ -1,10 +1,11 @@
 """Byte pumps between two paired TCP sockets.
 
 On Linux each direction moves data socket -> pipe -> socket with splice(2): the payload never enters
-user space. Up to `--splice-threads` pairs are moved by two threads each (one per direction) making
-blocking splice calls, which release the GIL: no event-loop wake-up or epoll change per chunk, and one
-call takes everything the socket holds. Further pairs, and every pair with `--splice-threads 0`, are
-moved by non-blocking splice from event-loop readiness callbacks. Elsewhere (or with `--no-splice`) a
+user space. A pair starts on non-blocking splice from event-loop readiness callbacks; once it has
+moved `--splice-threads-after` bytes (and while fewer than `--splice-threads` pairs have them) it moves
+to two threads (one per direction) making blocking splice calls, which release the GIL: no event-loop
+wake-up or epoll change per chunk, and one call takes everything the socket holds. Starting a thread
+costs more than a short transfer saves, hence the threshold. Elsewhere (or with `--no-splice`) a
 direction reads into a buffer shared by all pairs and sends at once, keeping only what the destination
 could not take yet. Each way a direction stops reading while its destination cannot take more, so a
 slow reader throttles its writer and the relay holds at most one pipe (or one buffer's worth) per
@@ -29,6 +30,7 @@ from burrow.transit_relay.interfaces import ByteCounts
 HAVE_SPLICE = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
 _SPLICE_FLAGS = (os.SPLICE_F_NONBLOCK | os.SPLICE_F_MOVE) if HAVE_SPLICE else 0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+NEVER = 1 << 62  # a byte count no pair reaches
 _ROUNDS = 4  # pipe-loads moved per readiness callback before yielding to other pairs (fairness)
 
 
@@ -110,6 +112,8 @@ class _Direction:
         elif self.eof:
             self._finish()
         self._idle()
+        if self.fwd.pair.total >= self.fwd.threads_at:
+            self.fwd.to_threads()
 
     def _writable(self) -> None:
         try:
@@ -318,20 +322,21 @@ class TcpPairForwarder:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, a: socket.socket, b: socket.socket,
                  pair: ByteCounts, on_done: Callable[[], None], pool: PipePool | None,
-                 shared: memoryview | None = None, threads: bool = False) -> None:
+                 shared: memoryview | None = None, threads: Callable[[], bool] | None = None,
+                 threads_after: int = 0) -> None:
+        """`threads`: asked once the pair has moved `threads_after` bytes; True grants it pump threads
+        (asked again at twice the bytes if not)."""
         self.loop = loop
         self.pair = pair
         self.socks = (a, b)
         self.on_done = on_done
         self.closed = False
         self.dropped = 0  # bytes still buffered when an aborted pair was torn down
-        self.threaded = threads and pool is not None and HAVE_SPLICE
-        if self.threaded:
-            a.setblocking(True)
-            b.setblocking(True)
-            self.dirs = (_ThreadDirection(self, a, b, True, pool.wanted),
-                         _ThreadDirection(self, b, a, False, pool.wanted))
-        elif pool is not None and HAVE_SPLICE:
+        self.threaded = False
+        self.pool = pool
+        self.threads = threads
+        self.threads_at = threads_after if threads is not None and pool is not None and HAVE_SPLICE else NEVER
+        if pool is not None and HAVE_SPLICE:
             self.dirs = (_SpliceDirection(self, a, b, True, pool=pool),
                          _SpliceDirection(self, b, a, False, pool=pool))
         else:
@@ -344,6 +349,27 @@ class TcpPairForwarder:
         return sum(d.held for d in self.dirs)
 
     def start(self) -> None:
+        for d in self.dirs:
+            d.start()
+
+    def to_threads(self) -> None:
+        """Called from a readiness callback: hand both directions to pump threads if both are idle and
+        open (nothing in a pipe, no EOF yet) and a thread slot is granted; else ask again later."""
+        d1, d2 = self.dirs
+        if self.closed or d1.held or d2.held or d1.eof or d2.eof:
+            return
+        if not self.threads():
+            self.threads_at = max(1, 2 * self.pair.total)
+            return
+        self.threads_at = NEVER
+        for d in self.dirs:
+            d.stop()
+        a, b = self.socks
+        a.setblocking(True)
+        b.setblocking(True)
+        self.threaded = True
+        self.dirs = (_ThreadDirection(self, a, b, True, self.pool.wanted),
+                     _ThreadDirection(self, b, a, False, self.pool.wanted))
         for d in self.dirs:
             d.start()
 

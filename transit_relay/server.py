@@ -202,9 +202,8 @@ class TransitServer:
             a.take_over()
             b.take_over()
             fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self.pair_done(pair, fwd),
-                                   self.pool, self.copy_buffer,
-                                   threads=self.threaded_pairs < self.config.splice_threads)
-            self.threaded_pairs += fwd.threaded
+                                   self.pool, self.copy_buffer, self._grant_threads,
+                                   self.config.splice_threads_after)
             a.forwarder = b.forwarder = fwd
             self.forwarders.add(fwd)
             fwd.start()
@@ -212,6 +211,12 @@ class TransitServer:
             stream = StreamPair(self, pair, a, b)
             self.streams.add(stream)
             stream.start()
+
+    def _grant_threads(self) -> bool:
+        if self.threaded_pairs >= self.config.splice_threads:
+            return False
+        self.threaded_pairs += 1
+        return True
 
     def pair_done(self, pair: PairState, holder: object) -> None:
         if holder in self.forwarders:

@@ -1,4 +1,4 @@
-"""Pump threads (--splice-threads): which pairs get them, and that every way a pair ends stops them."""
+"""Pump threads (--splice-threads): which pairs get them and when, and that every way a pair ends stops them."""
 
 import asyncio
 import hashlib
@@ -13,43 +13,67 @@ def pump_threads() -> int:
     return sum(t.name == "transit-pump" for t in threading.enumerate())
 
 
+async def relayed(w, r, size: int) -> None:
+    payload = os.urandom(size)
+    w.write(payload)
+    got = await r.readexactly(size)
+    assert hashlib.sha256(got).digest() == hashlib.sha256(payload).digest()
+
+
+async def test_a_pair_gets_pump_threads_once_it_has_moved_enough(make_server):
+    srv = await make_server(splice_threads_after=8 << 20)
+    before = pump_threads()
+    (r1, w1), (r2, w2) = await paired(srv)
+    await relayed(w1, r2, 3_000_000)  # a short transfer stays on the event loop
+    await relayed(w2, r1, 1000)
+    assert srv.threaded_pairs == 0 and pump_threads() == before
+    await relayed(w1, r2, 12_000_000)  # past the threshold: both directions move to threads mid-stream
+    assert srv.threaded_pairs == 1 and pump_threads() - before == 2
+    await relayed(w2, r1, 1000)
+    await relayed(w1, r2, 1000)
+    w1.close()
+    w2.close()
+    await wait_for(lambda: not srv.relay.pairs and pump_threads() == before)
+    assert srv.threaded_pairs == 0
+    (line,) = read_events(srv.config.event_log)
+    assert (line["bytes_from_first"], line["bytes_from_second"]) == (15_001_000, 2000)
+
+
 async def test_pairs_beyond_the_limit_are_moved_from_the_event_loop(make_server):
-    srv = await make_server(splice_threads=1)
+    srv = await make_server(splice_threads=1, splice_threads_after=0)
     before = pump_threads()
     (r1, w1), (r2, w2) = await paired(srv, token=TOKEN)
     (r3, w3), (r4, w4) = await paired(srv, token=OTHER)
+    await relayed(w1, r2, 2_000_000)
+    await relayed(w3, r4, 2_000_000)
     assert srv.threaded_pairs == 1
     assert pump_threads() - before == 2  # one per direction of the first pair only
-    payload = os.urandom(2_000_000)
-    for w, r in ((w1, r2), (w3, r4)):
-        w.write(payload)
-        got = await r.readexactly(len(payload))
-        assert hashlib.sha256(got).digest() == hashlib.sha256(payload).digest()
     for w in (w1, w2, w3, w4):
         w.close()
     await wait_for(lambda: not srv.relay.pairs)
     assert srv.threaded_pairs == 0
     await wait_for(lambda: pump_threads() == before)
     (r5, w5), (r6, w6) = await paired(srv, token=TOKEN)  # the freed slot is used again
+    await relayed(w5, r6, 5)
     assert srv.threaded_pairs == 1
-    w5.write(b"again")
-    assert await r6.readexactly(5) == b"again"
     w5.close()
     w6.close()
     await wait_for(lambda: srv.threaded_pairs == 0)
 
 
 async def test_stopping_the_server_ends_a_busy_threaded_pair_and_logs_it(make_server):
-    srv = await make_server()
+    srv = await make_server(splice_threads_after=0)
     before = pump_threads()
     (r1, w1), (r2, w2) = await paired(srv)
     w1.write(os.urandom(8 << 20))  # more than the socket buffers hold: a pump blocks writing to B
     await r2.readexactly(1 << 20)
+    assert srv.threaded_pairs == 1
     await srv.stop()
     assert not srv.forwarders and srv.threaded_pairs == 0
     assert pump_threads() == before
     (line,) = read_events(srv.config.event_log)
     assert line["mood"] == "happy" and line["bytes_from_first"] >= 1 << 20
-    assert await asyncio.wait_for(r1.read(), 5) == b""
+    rest = await asyncio.wait_for(r2.read(), 5)  # B's connection ends (A's may fail its pending write)
+    assert (1 << 20) + len(rest) == line["bytes_from_first"]
     w1.close()
     w2.close()
