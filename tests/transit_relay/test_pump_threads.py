@@ -5,7 +5,7 @@ import hashlib
 import os
 import threading
 
-from tests.transit_relay.conftest import TOKEN, read_events, wait_for
+from tests.transit_relay.conftest import TOKEN, hs, read_events, wait_for
 from tests.transit_relay.test_server import OTHER, paired
 
 
@@ -77,3 +77,24 @@ async def test_stopping_the_server_ends_a_busy_threaded_pair_and_logs_it(make_se
     assert (1 << 20) + len(rest) == line["bytes_from_first"]
     w1.close()
     w2.close()
+
+
+async def test_both_replicas_of_a_hop_move_the_pair_by_pump_threads(cluster):
+    from tests.transit_relay.test_cluster import both_ways, sessions, tcp_side, token
+
+    r0, r1 = await cluster(2, splice_threads_after=0)
+    for n in range(3):
+        a_r, a_w = await tcp_side(r0, hs(b"a", token(n)))
+        await wait_for(lambda n=n: token(n) in r0.relay.by_token)
+        await asyncio.sleep(0.02)  # the claim is in Redis
+        b_r, b_w = await tcp_side(r1, hs(b"b", token(n)))
+        for r in (a_r, b_r):
+            assert await asyncio.wait_for(r.readexactly(3), 10) == b"ok\n"
+        a_w.write(b"x")
+        assert await asyncio.wait_for(b_r.readexactly(1), 10) == b"x"
+        assert r0.threaded_pairs == 1 and r1.threaded_pairs == 1  # client<->hop on each replica
+        await both_ways(a_r, a_w, b_r, b_w, n)  # half-close crosses both replicas' pump threads
+        await wait_for(lambda: r0.threaded_pairs == 0 and r1.threaded_pairs == 0)
+    await wait_for(lambda: len(sessions(r0)) == 3)
+    assert sessions(r1) == []
+    assert all(e["mood"] == "happy" and e["total_bytes"] >= 500_001 for e in sessions(r0))
