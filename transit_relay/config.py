@@ -37,6 +37,12 @@ class TransitConfig:
     max_connections: int = setting(30000, "open client connections in total (0 = unlimited)")
     max_connections_per_ip: int = setting(256, "open client connections per source address (0 = unlimited)")
     splice: bool = setting(True, "TCP<->TCP pairs use zero-copy splice(2) where the OS has it")
+    splice_threads: int = setting(256, "TCP<->TCP pairs that may be moved by two threads each making "
+                                       "blocking splice calls (less CPU per GB: no event-loop wake-up per "
+                                       "chunk); other pairs are moved from the event loop; 0 = all are")
+    splice_threads_after: int = setting(8 << 20, "bytes a pair moves from the event loop before it gets "
+                                                 "pump threads (starting them costs what a few MB of "
+                                                 "relaying saves)", unit="bytes")
     pipe_size: int = setting(1048576, "pipe capacity per busy splice direction (caps relay memory)", unit="bytes")
     buffer_size: int = setting(1048576, "copy-path read buffer (one, shared by all pairs); read size and "
                                        "write limit of pairs with a WebSocket side", unit="bytes")
@@ -72,6 +78,8 @@ class TransitConfig:
             raise ValueError("pipe_size must be >= 4096 and buffer_size >= 1024")
         if self.peer_pool_size < 0:
             raise ValueError("peer_pool_size must be >= 0")
+        if self.splice_threads < 0 or self.splice_threads_after < 0:
+            raise ValueError("splice_threads and splice_threads_after must be >= 0")
         if self.redis_url and not self.peer_secret_file:
             raise ValueError("--redis-url needs --peer-secret-file (the replicas' shared hop secret)")
 

@@ -1,8 +1,13 @@
-"""Byte pumps between two paired TCP sockets, driven by event-loop readiness callbacks.
+"""Byte pumps between two paired TCP sockets.
 
-On Linux each direction moves data socket -> pipe -> socket with non-blocking splice(2): the payload
-never enters user space. Elsewhere (or with `--no-splice`) a direction reads into a buffer shared by all
-pairs and sends at once, keeping only what the destination could not take yet. Either way a direction stops reading while its destination cannot take more, so a
+On Linux each direction moves data socket -> pipe -> socket with splice(2): the payload never enters
+user space. A pair starts on non-blocking splice from event-loop readiness callbacks; once it has
+moved `--splice-threads-after` bytes (and while fewer than `--splice-threads` pairs have them) it moves
+to two threads (one per direction) making blocking splice calls, which release the GIL: no event-loop
+wake-up or epoll change per chunk, and one call takes everything the socket holds. Starting a thread
+costs more than a short transfer saves, hence the threshold. Elsewhere (or with `--no-splice`) a
+direction reads into a buffer shared by all pairs and sends at once, keeping only what the destination
+could not take yet. Each way a direction stops reading while its destination cannot take more, so a
 slow reader throttles its writer and the relay holds at most one pipe (or one buffer's worth) per
 direction.
 
@@ -13,9 +18,11 @@ both directions have ended. Any socket error ends the pair at once (both closed)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import socket
+import threading
 from collections.abc import Callable
 
 from burrow.transit_relay.interfaces import ByteCounts
@@ -23,6 +30,7 @@ from burrow.transit_relay.interfaces import ByteCounts
 HAVE_SPLICE = hasattr(os, "splice") and hasattr(os, "SPLICE_F_NONBLOCK")
 _SPLICE_FLAGS = (os.SPLICE_F_NONBLOCK | os.SPLICE_F_MOVE) if HAVE_SPLICE else 0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+NEVER = 1 << 62  # a byte count no pair reaches
 _ROUNDS = 4  # pipe-loads moved per readiness callback before yielding to other pairs (fairness)
 
 
@@ -73,6 +81,7 @@ class _Direction:
         self.held = 0
         self.done = False
         self.eof = False
+        self.running = False  # (pump threads only)
 
     def start(self) -> None:
         self.loop.add_reader(self.src_fd, self._readable)
@@ -103,6 +112,8 @@ class _Direction:
         elif self.eof:
             self._finish()
         self._idle()
+        if self.fwd.pair.total >= self.fwd.threads_at:
+            self.fwd.to_threads()
 
     def _writable(self) -> None:
         try:
@@ -228,18 +239,103 @@ class _CopyDirection(_Direction):
         self.pending = None
 
 
+class _ThreadDirection:
+    """src -> dst in a thread of its own: blocking splice through the direction's own pipe. The sockets
+    are blocking; the loop stops a direction by shutting the sockets down, which wakes its splice."""
+
+    def __init__(self, fwd: TcpPairForwarder, src: socket.socket, dst: socket.socket, first: bool,
+                 pipe_size: int) -> None:
+        self.fwd = fwd
+        self.src, self.dst = src, dst
+        self.first = first
+        self.pipe_size = pipe_size
+        self.held = 0
+        self.done = False
+        self.running = False
+
+    def start(self) -> None:
+        self.running = True
+        try:
+            threading.Thread(target=self._run, name="transit-pump", daemon=True).start()
+        except RuntimeError:  # no thread to be had (a process or memory limit): the pair ends
+            self.fwd.loop.call_soon(self._ended, False)
+
+    def _run(self) -> None:
+        ok = True
+        try:
+            r, w = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            r = w = -1
+            ok = False
+        try:
+            if ok:
+                self._pump(r, w)
+                self.dst.shutdown(socket.SHUT_WR)  # pass the half-close on
+        except OSError:
+            ok = False
+        finally:
+            if r >= 0:
+                os.close(r)
+                os.close(w)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
+            self.fwd.loop.call_soon_threadsafe(self._ended, ok)
+
+    def _pump(self, r: int, w: int) -> None:
+        try:
+            size = fcntl.fcntl(w, _F_SETPIPE_SZ, self.pipe_size)
+        except OSError:  # over the per-user pipe quota: keep the kernel's default size
+            size = 65536
+        src, dst, pair = self.src.fileno(), self.dst.fileno(), self.fwd.pair
+        while True:
+            n = os.splice(src, w, size, flags=os.SPLICE_F_MOVE)
+            if n == 0:
+                return
+            self.held = n
+            while self.held:
+                m = os.splice(r, dst, self.held, flags=os.SPLICE_F_MOVE)
+                self.held -= m
+                if self.first:
+                    pair.bytes_from_first += m
+                else:
+                    pair.bytes_from_second += m
+
+    def _ended(self, ok: bool) -> None:
+        self.running = False
+        self.done = True
+        if ok:
+            self.fwd.direction_done()
+        else:
+            self.fwd.abort()
+
+    def stop(self) -> None:
+        for s in (self.src, self.dst):  # wakes a splice blocked on either socket
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def release(self) -> None:
+        self.fwd.dropped += self.held
+        self.held = 0
+
+
 class TcpPairForwarder:
     """Relays both directions of a TCP<->TCP pair; calls `on_done()` once both sockets are closed."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, a: socket.socket, b: socket.socket,
                  pair: ByteCounts, on_done: Callable[[], None], pool: PipePool | None,
-                 shared: memoryview | None = None) -> None:
+                 shared: memoryview | None = None, threads: Callable[[], bool] | None = None,
+                 threads_after: int = 0) -> None:
+        """`threads`: asked once the pair has moved `threads_after` bytes; True grants it pump threads
+        (asked again at twice the bytes if not)."""
         self.loop = loop
         self.pair = pair
         self.socks = (a, b)
         self.on_done = on_done
         self.closed = False
         self.dropped = 0  # bytes still buffered when an aborted pair was torn down
+        self.threaded = False
+        self.pool = pool
+        self.threads = threads
+        self.threads_at = threads_after if threads is not None and pool is not None and HAVE_SPLICE else NEVER
         if pool is not None and HAVE_SPLICE:
             self.dirs = (_SpliceDirection(self, a, b, True, pool=pool),
                          _SpliceDirection(self, b, a, False, pool=pool))
@@ -256,6 +352,27 @@ class TcpPairForwarder:
         for d in self.dirs:
             d.start()
 
+    def to_threads(self) -> None:
+        """Called from a readiness callback: hand both directions to pump threads if both are idle and
+        open (nothing in a pipe, no EOF yet) and a thread slot is granted; else ask again later."""
+        d1, d2 = self.dirs
+        if self.closed or d1.held or d2.held or d1.eof or d2.eof:
+            return
+        if not self.threads():
+            self.threads_at = max(1, 2 * self.pair.total)
+            return
+        self.threads_at = NEVER
+        for d in self.dirs:
+            d.stop()
+        a, b = self.socks
+        a.setblocking(True)
+        b.setblocking(True)
+        self.threaded = True
+        self.dirs = (_ThreadDirection(self, a, b, True, self.pool.wanted),
+                     _ThreadDirection(self, b, a, False, self.pool.wanted))
+        for d in self.dirs:
+            d.start()
+
     def direction_done(self) -> None:
         if all(d.done for d in self.dirs):
             self._close()
@@ -266,9 +383,14 @@ class TcpPairForwarder:
     def _close(self) -> None:
         if self.closed:
             return
-        self.closed = True
         for d in self.dirs:
             d.stop()
+        if any(d.running for d in self.dirs):
+            return  # a pump thread still uses the sockets: closed once it has ended
+        self.closed = True
+        if self.threaded:
+            for d in self.dirs:
+                d.release()
         for s in self.socks:
             s.close()
         self.on_done()

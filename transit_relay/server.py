@@ -46,6 +46,7 @@ class TransitServer:
         self.pool = PipePool(config.pipe_size) if config.splice and HAVE_SPLICE else None
         self.copy_buffer = memoryview(bytearray(config.buffer_size))  # shared by all copy-path pairs
         self.forwarders: set[TcpPairForwarder] = set()
+        self.threaded_pairs = 0  # forwarders moved by pump threads (at most config.splice_threads)
         self.streams: set[StreamPair] = set()
         self.registry = make_registry(self.relay, self.buffered)
         self.pairing_wait = pairing_wait_histogram(self.registry)
@@ -102,8 +103,8 @@ class TransitServer:
             await self.cluster.stop()
         if self.websocket is not None:
             await self.websocket.stop()
-        for _ in range(100):  # stream pairs close asynchronously
-            if not self.streams:
+        for _ in range(100):  # stream pairs and pump threads end asynchronously
+            if not (self.streams or self.forwarders):
                 break
             await asyncio.sleep(0.01)
         for task in self._tasks:
@@ -201,7 +202,8 @@ class TransitServer:
             a.take_over()
             b.take_over()
             fwd = TcpPairForwarder(self.loop, a.sock, b.sock, pair, lambda: self.pair_done(pair, fwd),
-                                   self.pool, self.copy_buffer)
+                                   self.pool, self.copy_buffer, self._grant_threads,
+                                   self.config.splice_threads_after)
             a.forwarder = b.forwarder = fwd
             self.forwarders.add(fwd)
             fwd.start()
@@ -210,8 +212,16 @@ class TransitServer:
             self.streams.add(stream)
             stream.start()
 
+    def _grant_threads(self) -> bool:
+        if self.threaded_pairs >= self.config.splice_threads:
+            return False
+        self.threaded_pairs += 1
+        return True
+
     def pair_done(self, pair: PairState, holder: object) -> None:
-        self.forwarders.discard(holder)
+        if holder in self.forwarders:
+            self.forwarders.discard(holder)
+            self.threaded_pairs -= holder.threaded
         self.streams.discard(holder)
         self.dispatch(self.relay.finish(pair, self.clock()))
 

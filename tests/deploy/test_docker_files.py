@@ -241,6 +241,14 @@ def test_compose_ha_shape():
         assert services[t]["depends_on"]["redis"]["condition"] == "service_healthy"
         grace = duration_ns(services[t]["stop_grace_period"]) / 1e9
         assert grace > float(env["BURROW_TRANSIT_DRAIN_TIMEOUT"]) > 0, t
+        # relays on one host hand TCP sides over through Unix sockets in one shared named volume, in a
+        # directory the image creates for its user (a new volume takes the image directory's owner)
+        handover = env["BURROW_TRANSIT_HANDOVER_DIR"]
+        (mount,) = [v for v in services[t]["volumes"] if v.endswith(f":{handover}")]
+        assert mount.split(":")[0] in compose["volumes"], t
+    assert len({services[t]["environment"]["BURROW_TRANSIT_HANDOVER_DIR"] for t in transits}) == 1
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert f"mkdir -p {handover} " in dockerfile and "chown -R burrow:burrow /var/lib/burrow" in dockerfile
     for m in mailboxes:
         assert services[m]["environment"]["BURROW_MAILBOX_PROXY_PROTOCOL"] == "true"
 

@@ -216,6 +216,15 @@ def test_every_service_is_healthy_nonroot_and_read_only(ha):
     assert settings[settings.index("appendfsync") + 1] == "always"
 
 
+def test_the_transit_relays_see_each_others_handover_socket(ha):
+    """The shared volume (BURROW_TRANSIT_HANDOVER_DIR): each relay created its Unix socket in it, as the
+    image's user, and sees the other's, so TCP sides are handed over between them instead of hopped."""
+    for name in TRANSITS:
+        code, out = ha.stack.containers[name].exec_run(["ls", "/var/lib/burrow/handover"])
+        assert code == 0, (name, out)
+        assert sorted(out.decode().split()) == sorted(f"{t}:4003.sock" for t in TRANSITS), (name, out)
+
+
 def mesh_peers_up(ha: HA, relay: str) -> bool:
     """The relay's mesh link to the other one is up: in its metrics and its /readyz detail."""
     with urllib.request.urlopen(ha.admin(relay) + "/readyz", timeout=5) as r:
@@ -431,4 +440,5 @@ def test_transfers_survive_restarting_every_transit_relay(ha, tmp_path):
     note(ha.log, summary)
     assert all(d["left_pairs"] == 0 for d in drains), drains  # no pair was cut by a deadline
     hops = sum(ha.metric(t, "burrow_transit_cluster_hops_out_total") for t in TRANSITS)
-    note(ha.log, f"transit hops across the relays since their last restart: {hops}")
+    handed = sum(ha.metric(t, 'burrow_transit_cluster_hops_out_total{result="handed_over"}') for t in TRANSITS)
+    note(ha.log, f"transit hops across the relays since their last restart: {hops} ({handed} handed over)")

@@ -9,6 +9,10 @@ from burrow.transit_relay.server import TransitServer
 from harness.redis import RedisServer
 
 TOKEN = b"0123456789abcdef" * 4
+# the three ways a TCP<->TCP pair is moved: splice in pump threads (here from its first bytes on), splice
+# from the event loop, copy
+PUMPS = {"threads": dict(splice=True, splice_threads_after=0), "loop": dict(splice=True, splice_threads=0),
+         "copy": dict(splice=False)}
 
 
 def hs(side: bytes | None = None, token: bytes = TOKEN) -> bytes:

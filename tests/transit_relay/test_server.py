@@ -10,7 +10,7 @@ import pytest
 import websockets
 
 from burrow.common.events import validate
-from tests.transit_relay.conftest import TOKEN, connect, hs, read_events, wait_for
+from tests.transit_relay.conftest import PUMPS, TOKEN, connect, hs, read_events, wait_for
 
 OTHER = b"fedcba9876543210" * 4
 
@@ -27,9 +27,9 @@ async def paired(srv, first=b"a", second=b"b", token=TOKEN):
     return (r1, w1), (r2, w2)
 
 
-@pytest.mark.parametrize("splice", [True, False])
-async def test_tcp_pair_relays_both_ways_and_logs_one_happy_line(make_server, splice):
-    srv = await make_server(splice=splice, pipe_size=65536, buffer_size=65536)
+@pytest.mark.parametrize("pump", PUMPS)
+async def test_tcp_pair_relays_both_ways_and_logs_one_happy_line(make_server, pump):
+    srv = await make_server(**PUMPS[pump], pipe_size=65536, buffer_size=65536)
     (r1, w1), (r2, w2) = await paired(srv)
     payload = os.urandom(3_000_000)
     w1.write(payload)
@@ -48,9 +48,9 @@ async def test_tcp_pair_relays_both_ways_and_logs_one_happy_line(make_server, sp
         (3_000_000, 6, 3_000_006)
 
 
-@pytest.mark.parametrize("splice", [True, False])
-async def test_half_close_is_passed_through(make_server, splice):
-    srv = await make_server(splice=splice)
+@pytest.mark.parametrize("pump", PUMPS)
+async def test_half_close_is_passed_through(make_server, pump):
+    srv = await make_server(**PUMPS[pump])
     (r1, w1), (r2, w2) = await paired(srv)
     w1.write(b"request")
     w1.write_eof()  # A is done sending but still reading
@@ -66,7 +66,9 @@ async def test_half_close_is_passed_through(make_server, splice):
     assert read_events(srv.config.event_log)[0]["total_bytes"] == 11007
 
 
-async def test_reset_on_one_side_closes_the_other(server):
+@pytest.mark.parametrize("pump", PUMPS)
+async def test_reset_on_one_side_closes_the_other(make_server, pump):
+    server = await make_server(**PUMPS[pump])
     (r1, w1), (r2, w2) = await paired(server)
     sock = w1.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -137,8 +139,9 @@ async def test_unpaired_wait_limit(make_server):
     assert read_events(srv.config.event_log)[0]["mood"] == "lonely"
 
 
-async def test_idle_timeout_on_paired_connections(make_server):
-    srv = await make_server(idle_timeout=0.3)
+@pytest.mark.parametrize("pump", PUMPS)
+async def test_idle_timeout_on_paired_connections(make_server, pump):
+    srv = await make_server(**PUMPS[pump], idle_timeout=0.3)
     (r1, w1), (r2, w2) = await paired(srv)
     w1.write(b"ping")
     assert await r2.readexactly(4) == b"ping"

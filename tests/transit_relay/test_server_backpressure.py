@@ -13,7 +13,7 @@ import psutil
 import pytest
 import websockets
 
-from tests.transit_relay.conftest import hs, wait_for
+from tests.transit_relay.conftest import PUMPS, hs, wait_for
 
 CAP = 256 << 20  # what the writer would push if nothing held it back
 BLOCK = os.urandom(1 << 20)
@@ -62,10 +62,11 @@ async def drain(sock: socket.socket, digest) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("splice", [True, False])
-async def test_slow_reader_bounds_relay_memory(make_server, splice):
+@pytest.mark.parametrize("pump", PUMPS)
+async def test_slow_reader_bounds_relay_memory(make_server, pump):
     limit = 1 << 20
-    srv = await make_server(splice=splice, pipe_size=limit, buffer_size=256 << 10)
+    splice = PUMPS[pump]["splice"]
+    srv = await make_server(**PUMPS[pump], pipe_size=limit, buffer_size=256 << 10)
     a, b = await tcp_pair(srv)
     sent_digest, got_digest = hashlib.sha256(), hashlib.sha256()
     sent = await push_until_blocked(a, sent_digest)  # b never reads meanwhile
