@@ -55,10 +55,11 @@ def make_file(path: Path, size: int) -> None:
 
 def commands(client: str, relay: str, transit: str, code: str, src: Path, relay_only: bool):
     nl = ["--no-listen"] if relay_only else []
-    if client == "burrow":
+    if client in ("burrow", "burrow-classic", "burrow-dilated"):
         b = str(VENV_BIN / "burrow")
         common = ["--relay-url", relay, "--transit-helper", transit, "--hide-progress"] + nl
-        return [b, "send", *common, "--code", code, str(src)], [b, "receive", *common, "--accept-file", code]
+        how = {"burrow": [], "burrow-classic": ["--classic"], "burrow-dilated": ["--dilated"]}[client]
+        return [b, "send", *common, *how, "--code", code, str(src)], [b, "receive", *common, "--accept-file", code]
     w = str(VENV_BIN / "wormhole")
     common = ["--relay-url", relay, "--transit-helper", transit]
     return ([w, *common, "send", "--hide-progress", *nl, "--code", code, str(src)],

@@ -109,11 +109,13 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     data_bytes: int = 0  # file bytes written to subchannels (sender) or to disk (receiver)
+    sha256: dict[str, str] = field(default_factory=dict)  # name -> SHA-256 the receiver computed (when it did)
 
 
 # ------------------------------------------------------------------ sending
-async def _write_file(writer, path: Path, report: Report, progress: Callable[[int], None] | None) -> str:
-    h = hashlib.sha256()
+async def _write_file(writer, path: Path, report: Report, progress: Callable[[int], None] | None) -> None:
+    """The sender hashes nothing: every record is authenticated in order by Dilation's Noise session and the
+    receiver acknowledges the byte count (the SHA-256 it may add is reported, as classic transfers do)."""
     with path.open("rb") as f:
         while True:
             batch = []
@@ -121,24 +123,25 @@ async def _write_file(writer, path: Path, report: Report, progress: Callable[[in
                 chunk = f.read(DATA_CHUNK)
                 if not chunk:
                     break
-                h.update(chunk)
                 batch.append(encode(DATA, chunk))
                 report.data_bytes += len(chunk)
                 if progress:
                     progress(len(chunk))
             if not batch:
-                return h.hexdigest()
+                return
             writer.write(b"".join(batch))
             await writer.drain()
 
 
-async def _expect_ack(reader, size: int, digest: str) -> None:
+async def _expect_ack(reader, size: int, name: str, report: Report) -> None:
     msg = await read_message(reader)
     if msg is None or msg[0] != ACK:
         raise TransferError(f"expected FileAcknowledge, got {msg and msg[0]}")
     body = msg[1]
-    if body.get("bytes") != size or body.get("sha256") not in (None, digest):
-        raise TransferError(f"receiver acknowledged {body}, we sent {size} bytes sha256 {digest}")
+    if not isinstance(body, dict) or body.get("bytes") != size:
+        raise TransferError(f"receiver acknowledged {body}, we sent {size} bytes")
+    if isinstance(body.get("sha256"), str):
+        report.sha256[name] = body["sha256"]
 
 
 async def offer_file(dilated, path: Path, *, wait_answer: bool, report: Report, name: str | None = None,
@@ -156,8 +159,8 @@ async def offer_file(dilated, path: Path, *, wait_answer: bool, report: Report, 
                 reason = answer[1].get("reason", "") if isinstance(answer[1], dict) else ""
                 (report.skipped if reason == ALREADY_HAVE else report.rejected).append(name)
                 return
-        digest = await _write_file(writer, path, report, progress)
-        await _expect_ack(reader, st.st_size, digest)
+        await _write_file(writer, path, report, progress)
+        await _expect_ack(reader, st.st_size, name, report)
         report.sent.append(name)
     finally:
         writer.close()
@@ -179,8 +182,8 @@ async def offer_directory(dilated, root: Path, *, wait_answer: bool, report: Rep
         for p, rel in zip(files, rels, strict=True):
             st = p.stat()
             writer.write(encode(FILE_OFFER, {"filename": rel, "timestamp": int(st.st_mtime), "bytes": st.st_size}))
-            digest = await _write_file(writer, p, report, progress)
-            await _expect_ack(reader, st.st_size, digest)
+            await _write_file(writer, p, report, progress)
+            await _expect_ack(reader, st.st_size, f"{root.name}/{rel}", report)
             report.sent.append(f"{root.name}/{rel}")
     finally:
         writer.close()
@@ -211,13 +214,16 @@ async def send_files(dilated, paths: list[Path], *, peer: dict, parallel: int = 
 
 # ------------------------------------------------------------------ receiving
 Accept = Callable[[str, int, bool], Awaitable[bool]]  # (name, size, is_directory) -> accept?
+# (name, size, is_directory, timestamp) -> where the file (or the directory's root) goes, ALREADY_HAVE to skip
+# it, or None to reject it
+Place = Callable[[str, int, bool, int], Awaitable[Path | str | None]]
 
 
 async def _receive_one_file(reader, writer, dest: Path, size: int, timestamp: int, report: Report,
-                            progress: Callable[[int], None] | None) -> None:
+                            progress: Callable[[int], None] | None, sha256: bool = True, name: str = "") -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    h, got = hashlib.sha256(), 0
+    h, got = hashlib.sha256() if sha256 else None, 0
     with part.open("wb") as f:
         while got < size:
             msg = await read_message(reader)
@@ -227,7 +233,8 @@ async def _receive_one_file(reader, writer, dest: Path, size: int, timestamp: in
             got += len(data)
             if got > size:
                 raise TransferError(f"{dest.name}: more data than offered")
-            h.update(data)
+            if h is not None:
+                h.update(data)
             f.write(data)
             if progress:
                 progress(len(data))
@@ -235,10 +242,14 @@ async def _receive_one_file(reader, writer, dest: Path, size: int, timestamp: in
     if timestamp:
         os.utime(dest, (time.time(), timestamp))
     report.data_bytes += got
-    writer.write(encode(ACK, {"bytes": got, "sha256": h.hexdigest()}))
+    if h is None:
+        writer.write(encode(ACK, {"bytes": got}))
+        return
+    report.sha256[name or dest.name] = h.hexdigest()
+    writer.write(encode(ACK, {"bytes": got, "sha256": report.sha256[name or dest.name]}))
 
 
-def _have(dest: Path, size: int, timestamp: int) -> bool:
+def have(dest: Path, size: int, timestamp: int) -> bool:
     try:
         st = dest.stat()
     except OSError:
@@ -247,7 +258,10 @@ def _have(dest: Path, size: int, timestamp: int) -> bool:
 
 
 async def handle_offer(reader, writer, out_dir: Path, *, permission: str, accept: Accept | None, report: Report,
-                       progress: Callable[[int], None] | None = None) -> None:
+                       progress: Callable[[int], None] | None = None, place: Place | None = None,
+                       sha256: bool = True) -> None:
+    """Serve one offer. `place` (instead of `accept` and `out_dir`) names each offer's destination, or rejects
+    it; `sha256=False` acknowledges without hashing (a sender that said it needs no digest)."""
     try:
         first = await read_message(reader)
         if first is None:
@@ -256,8 +270,15 @@ async def handle_offer(reader, writer, out_dir: Path, *, permission: str, accept
         if kind == FILE_OFFER:
             name, size, ts = str(body["filename"]), int(body["bytes"]), int(body.get("timestamp") or 0)
             dest = out_dir / safe_relative(name).name
-            if permission == "ask":
-                if _have(dest, size, ts):
+            if place is not None:
+                dest = await place(name, size, False, ts)
+                if not isinstance(dest, Path):
+                    writer.write(encode(REJECT, {"reason": dest or "transfer rejected"}))
+                    (report.skipped if dest == ALREADY_HAVE else report.rejected).append(name)
+                    return
+                writer.write(encode(ACCEPT))
+            elif permission == "ask":
+                if have(dest, size, ts):
                     writer.write(encode(REJECT, {"reason": ALREADY_HAVE}))
                     report.skipped.append(name)
                     return
@@ -266,12 +287,20 @@ async def handle_offer(reader, writer, out_dir: Path, *, permission: str, accept
                     report.rejected.append(name)
                     return
                 writer.write(encode(ACCEPT))
-            await _receive_one_file(reader, writer, dest, size, ts, report, progress)
+            await _receive_one_file(reader, writer, dest, size, ts, report, progress, sha256, name)
             report.received.append(name)
         elif kind == DIRECTORY_OFFER:
             base = safe_relative(str(body["base"])).name
             files = [safe_relative(str(f)) for f in body["files"]]
-            if permission == "ask":
+            root = out_dir / base
+            if place is not None:
+                root = await place(base, int(body["size"]), True, 0)
+                if not isinstance(root, Path):
+                    writer.write(encode(REJECT, {"reason": "transfer rejected"}))
+                    report.rejected.append(base)
+                    return
+                writer.write(encode(ACCEPT))
+            elif permission == "ask":
                 if accept is not None and not await accept(base, int(body["size"]), True):
                     writer.write(encode(REJECT, {"reason": "transfer rejected"}))
                     report.rejected.append(base)
@@ -282,8 +311,9 @@ async def handle_offer(reader, writer, out_dir: Path, *, permission: str, accept
                 if msg is None or msg[0] != FILE_OFFER or safe_relative(str(msg[1]["filename"])) != expected:
                     raise TransferError(f"directory {base}: expected the FileOffer of {expected}")
                 fo = msg[1]
-                await _receive_one_file(reader, writer, out_dir / base / expected, int(fo["bytes"]),
-                                        int(fo.get("timestamp") or 0), report, progress)
+                await _receive_one_file(reader, writer, root / expected, int(fo["bytes"]),
+                                        int(fo.get("timestamp") or 0), report, progress, sha256,
+                                        f"{base}/{expected}")
                 report.received.append(f"{base}/{expected}")
         else:
             raise TransferError(f"first message on a transfer subchannel has kind {kind}")
@@ -293,7 +323,8 @@ async def handle_offer(reader, writer, out_dir: Path, *, permission: str, accept
 
 async def receive_files(dilated, out_dir: Path, *, permission: str = "yes", accept: Accept | None = None,
                         progress: Callable[[int], None] | None = None,
-                        on_text: Callable[[str], None] | None = None) -> Report:
+                        on_text: Callable[[str], None] | None = None, place: Place | None = None,
+                        sha256: bool = True) -> Report:
     """Serve offers until the peer says "done" and every offer it made has finished."""
     report = Report()
     offers = dilated.listen(SUBPROTOCOL)
@@ -304,7 +335,8 @@ async def receive_files(dilated, out_dir: Path, *, permission: str = "yes", acce
     async def serve_offers():
         async for reader, writer in offers:
             tasks.append(asyncio.ensure_future(handle_offer(
-                reader, writer, out_dir, permission=permission, accept=accept, report=report, progress=progress)))
+                reader, writer, out_dir, permission=permission, accept=accept, report=report, progress=progress,
+                place=place, sha256=sha256)))
 
     async def serve_control():
         async for reader, writer in control:
@@ -350,7 +382,8 @@ async def send_on(wormhole, paths: list[Path], *, parallel: int = 8, listen: boo
 
 async def receive_on(wormhole, out_dir: Path, *, accept: Accept | None = None, listen: bool = True,
                      progress: Callable[[int], None] | None = None, on_status: Callable | None = None,
-                     on_text: Callable[[str], None] | None = None) -> Report:
+                     on_text: Callable[[str], None] | None = None, place: Place | None = None,
+                     sha256: bool = True) -> Report:
     """The receiving side of send_on (the Wormhole carries `app_versions=app_versions("receive", "ask")`)."""
     from burrow.client.dilation.aio import dilate
 
@@ -359,7 +392,7 @@ async def receive_on(wormhole, out_dir: Path, *, accept: Accept | None = None, l
     dilated = await dilate(wormhole, listen=listen, on_status=on_status)
     try:
         report = await receive_files(dilated, out_dir, permission="ask", accept=accept, progress=progress,
-                                     on_text=on_text)
+                                     on_text=on_text, place=place, sha256=sha256)
         await dilated.flush()
         return report
     finally:

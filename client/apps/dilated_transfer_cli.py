@@ -1,10 +1,14 @@
-"""CLI glue for Dilated File-Transfer, for client/cli.py to call (`burrow send --dilated`, `burrow receive`).
+"""CLI glue for Dilated File-Transfer, for client/cli.py to call (`burrow send FILE` to a burrow receiver,
+`burrow send --dilated`, `burrow receive`).
 
   rc = await cmd_send_dilated(args)       # args: relay_url, transit_helper, appid, code, code_length,
-                                          #       no_listen, hide_progress, what (path), optional parallel
+                                          #       no_listen, hide_progress, what (paths), optional parallel
+  w = Wormhole(..., dilation=True, app_versions=dilated_sender_versions(1))  # `burrow send FILE`
+  if can_receive_dilated(await w.get_peer_versions()):  # (transfer_versions.py) a burrow receiver
+      rc = await send_one_dilated(w, args, path)  # the lines a classic `burrow send FILE` prints
   w = Wormhole(..., **RECEIVER_WORMHOLE_KWARGS)  # (transfer_versions.py) so a dilated sender can be recognised
   if is_dilated_sender(w.peer_versions):  # (transfer_versions.py) after `await w.get_verifier()`
-      rc = await receive_dilated(w, args, confirm)  # confirm(name, size, is_dir) -> bool, may be None
+      rc = await receive_dilated(w, args, ask)  # ask(prompt) -> bool: the classic receiver's questions
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from burrow.client.apps.dilated_transfer import Report, receive_on, send_on
-from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
-from burrow.client.errors import TransferError
+from burrow.client.apps.dilated_transfer import ALREADY_HAVE, Report, have, receive_on, send_on
+from burrow.client.apps.transfer_versions import (
+    SENDER_WORMHOLE_KWARGS,
+    one_path_sender,
+    peer_transfer,
+    sender_needs_sha256,
+)
+from burrow.client.errors import TransferError, TransferRejected
 from burrow.client.options import peer_command, ssl_context
 
 PEER_REASON_WAIT = 2.0  # seconds a failed send waits for the receiver's reason (its mailbox error)
@@ -33,6 +42,23 @@ def say_status(s) -> None:
         _say(f"Connected{' (' + s.path + ')' if s.path else ''}")
     elif s.state == "reconnecting":
         _say("Connection lost; reconnecting...")
+
+
+class _FirstConnection:
+    """on_status that prints the first connection as a classic transfer does ("Sending (Dilation, PATH)..."),
+    later ones as say_status, and remembers the path in use."""
+
+    def __init__(self, verb: str) -> None:
+        self.verb, self.path = verb, ""
+
+    def __call__(self, s) -> None:
+        if s.state == "connected" and not self.path:
+            self.path = f"Dilation, {s.path}" if s.path else "Dilation"
+            _say(f"{self.verb} ({self.path})...")
+            return
+        if s.state == "connected":
+            self.path = f"Dilation, {s.path}" if s.path else self.path
+        say_status(s)
 
 
 class _Progress:
@@ -62,8 +88,6 @@ async def cmd_send_dilated(args) -> int:
     if missing:
         _say(f"burrow send: {missing[0]} does not exist")
         return 2
-    total = sum(p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-                for p in paths)
     from ..cli import nat_options
 
     w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, ssl_context=ssl_context(args),
@@ -77,24 +101,10 @@ async def cmd_send_dilated(args) -> int:
             w.allocate_code(args.code_length)
         code = await w.get_code()
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n{peer_command(args, 'receive', code)}\n")
-        progress = _Progress(not args.hide_progress, total)
-        sending = asyncio.ensure_future(
-            send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
-                    progress=progress if progress.bar.enabled else None, on_status=say_status))
-        watching = asyncio.ensure_future(_peer_error(w))
-        try:
-            await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
-            if sending.done() and sending.exception() is not None and not watching.done():
-                # the receiver's stop can end our subchannels before its reason arrives by the mailbox
-                await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
-            if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
-                sending.cancel()  # the receiver gave up (Ctrl-C...): its reason, not our broken subchannel
-                raise TransferError(f"remote error: {watching.result()}")
-            report = await sending
-        finally:
-            watching.cancel()
-            sending.cancel()
-            progress.bar.finish()
+        if peer_transfer(await w.get_peer_versions()) is None:  # magic-wormhole 0.24, wormhole-william
+            w.send_message(b'{"error": "the sender uses Dilated File-Transfer, which this client does not receive"}')
+            raise TransferError("the receiver cannot receive a Dilated transfer (send without --dilated)")
+        report = await _send(w, args, paths, say_status)
         _summary(report, "Sent")
         await w.close()
         return 5 if report.rejected else 0
@@ -103,6 +113,47 @@ async def cmd_send_dilated(args) -> int:
             await w.close()
         except Exception:
             pass
+
+
+async def send_one_dilated(w, args, path: Path) -> int:
+    """`burrow send FILE|DIR` to a burrow receiver, on a Wormhole whose key is agreed: a Dilated transfer that
+    prints what a classic one prints."""
+    _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
+    status = _FirstConnection("Sending")
+    report = await _send(w, args, [path], status)
+    if report.rejected:
+        raise TransferRejected("remote error: transfer rejected")
+    digest = next(iter(report.sha256.values()), "") if path.is_file() else ""
+    _say(f"Transfer complete ({status.path}){'; the receiver wrote SHA-256 ' + digest if digest else ''}.")
+    await w.close()
+    return 0
+
+
+def _size(p: Path) -> int:
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+async def _send(w, args, paths: list[Path], on_status) -> Report:
+    """Dilate, offer `paths`, and wait for the receiver; its `{"error": ...}` (Ctrl-C at its question) wins
+    over our broken subchannel."""
+    progress = _Progress(not args.hide_progress, sum(_size(p) for p in paths))
+    sending = asyncio.ensure_future(
+        send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
+                progress=progress if progress.bar.enabled else None, on_status=on_status))
+    watching = asyncio.ensure_future(_peer_error(w))
+    try:
+        await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if sending.done() and sending.exception() is not None and not watching.done():
+            # the receiver's stop can end our subchannels before its reason arrives by the mailbox
+            await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
+        if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
+            sending.cancel()  # the receiver gave up (Ctrl-C...): its reason, not our broken subchannel
+            raise TransferError(f"remote error: {watching.result()}")
+        return await sending
+    finally:
+        watching.cancel()
+        sending.cancel()
+        progress.bar.finish()
 
 
 async def _peer_error(w) -> str | None:
@@ -118,14 +169,66 @@ async def _peer_error(w) -> str | None:
             return str(msg["error"])
 
 
-async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable[bool]] | None = None) -> int:
-    out = Path(args.output_file) if getattr(args, "output_file", None) else Path.cwd()
-    out.mkdir(parents=True, exist_ok=True)
-    if confirm is None and getattr(args, "accept_file", False):
-        async def confirm(name: str, size: int, is_dir: bool) -> bool:
-            return True
-    report = await receive_on(w, out, accept=confirm, listen=not args.no_listen,
-                              on_status=say_status,
-                              on_text=lambda t: _say(f"peer says: {t}"))
+async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None = None) -> int:
+    """Receive a Dilated sender's offers with a classic receiver's questions and lines: "Receive file 'x' (1 MB)
+    into DEST? (y/N)" (none with --accept-file), "DEST already exists." and no overwriting without a yes on a
+    terminal, free space checked. With a one-path sender `-o` is the target's path, else the folder for all.
+    A rejected one-path offer ends with TransferRejected, as a classic transfer does."""
+    import shutil
+
+    from burrow.client.apps.progress import human
+    from burrow.client.apps.receive import safe_name
+
+    one = one_path_sender(w.peer_versions)
+    output = Path(args.output_file) if getattr(args, "output_file", None) else None
+    folder = output if output is not None and not one else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    accept_all = getattr(args, "accept_file", False)
+    why: list[str] = []  # why the last offer was refused
+    placed: dict[str, Path] = {}
+    progress = _Progress(not getattr(args, "hide_progress", False), 0)  # each accepted offer adds its size
+
+    async def place(name: str, size: int, is_dir: bool, timestamp: int) -> Path | str | None:
+        dest = (output if one and output is not None else folder / safe_name(name)).absolute()
+        if not one and have(dest, size, timestamp):
+            return ALREADY_HAVE  # a re-run of `send --dilated A B` sends only what is missing
+        exists = dest.exists() or dest.is_symlink()
+        what = f"{'directory' if is_dir else 'file'} {name!r} ({human(size)})"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(dest.parent).free
+        if free < size:
+            why.append(f"insufficient free space: {free} bytes free, {size} needed")
+        elif exists and not is_dir and dest.is_dir():
+            why.append(f"{dest} is a directory")
+        elif exists:
+            _say(f"{dest} already exists.")
+            if accept_all or ask is None or not sys.stdin.isatty() or not await ask(
+                    f"Overwrite {dest} with the {what}? (y/N) "):
+                why.append(f"refusing to overwrite {dest}")
+        elif not accept_all and (ask is None or not await ask(f"Receive {what} into {dest}? (y/N) ")):
+            why.append("transfer rejected")
+        if why:
+            return None
+        placed[name] = dest
+        progress.total += size
+        return dest
+
+    status = _FirstConnection("Receiving")
+
+    want = getattr(args, "sha256", False) or sender_needs_sha256(w.peer_versions)
+    try:
+        report = await receive_on(w, folder, place=place, listen=not args.no_listen, on_status=status,
+                                  progress=progress if progress.bar.enabled else None, sha256=want,
+                                  on_text=lambda t: _say(f"peer says: {t}"))
+    finally:
+        progress.bar.finish()
+    if one and report.rejected:
+        raise TransferRejected(why[-1] if why else "transfer rejected")
+    if one and placed:
+        name, dest = next(iter(placed.items()))
+        digest = report.sha256.get(name, "")
+        kind = "directory" if dest.is_dir() else "file"
+        _say(f"Received {kind} written to {dest}" + (f" (sha256 {digest})" if digest else ""))
+        return 0
     _summary(report, "Received")
     return 5 if report.rejected else 0
