@@ -37,6 +37,7 @@ CONTROL = "transfer-control"
 MAX_MESSAGE = 16 * 1024 * 1024  # bytes per framed message we accept (offers carry file lists)
 DATA_CHUNK = 65535  # file bytes per 0x05 message (the draft caps a message at 65536 with its kind byte)
 WRITE_BATCH = 4  # data messages per subchannel write
+FILE_BATCH = 16  # data messages read (sender) or written (receiver) per worker-thread call: 1 MiB
 ALREADY_HAVE = "already have it"
 
 FILE_OFFER, DIRECTORY_OFFER, ACCEPT, REJECT, DATA, ACK = 1, 2, 3, 4, 5, 6
@@ -73,23 +74,25 @@ async def read_control(reader) -> dict | None:
     return body if isinstance(body, dict) else {}
 
 
+_HEAD = struct.Struct(">LB")  # length, kind
+
+
 async def read_message(reader) -> tuple[int, object] | None:
     try:
-        (n,) = _LEN.unpack(await reader.readexactly(4))
+        n, kind = _HEAD.unpack(await reader.readexactly(5))
     except asyncio.IncompleteReadError as e:
         if e.partial:
             raise TransferError("truncated message") from None
         return None
     if not 1 <= n <= MAX_MESSAGE:
         raise TransferError(f"bad message length {n}")
-    raw = await reader.readexactly(n)
-    kind = raw[0]
+    raw = await reader.readexactly(n - 1) if n > 1 else b""  # DATA: the file bytes, not copied again
     if kind == DATA:
-        return kind, raw[1:]
+        return kind, raw
     if kind == ACCEPT:
         return kind, None
     try:
-        body = msgpack.unpackb(raw[1:])
+        body = msgpack.unpackb(raw)
     except Exception as e:
         raise TransferError(f"bad msgpack in message kind {kind}: {e}") from None
     return kind, body
@@ -113,24 +116,49 @@ class Report:
 
 
 # ------------------------------------------------------------------ sending
+def _read_batch(fd: int, offset: int) -> list[bytes]:
+    """Up to FILE_BATCH data messages' worth of the file from `offset` (in a worker thread)."""
+    chunks = []
+    for _ in range(FILE_BATCH):
+        chunk = os.pread(fd, DATA_CHUNK, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return chunks
+
+
+def _data_messages(chunks: list[bytes]) -> bytes:
+    """Framed 0x05 messages, joined with one copy of the data."""
+    parts = []
+    for c in chunks:
+        parts += (_LEN.pack(len(c) + 1), b"\x05", c)
+    return b"".join(parts)
+
+
 async def _write_file(writer, path: Path, report: Report, progress: Callable[[int], None] | None) -> None:
     """The sender hashes nothing: every record is authenticated in order by Dilation's Noise session and the
-    receiver acknowledges the byte count (the SHA-256 it may add is reported, as classic transfers do)."""
+    receiver acknowledges the byte count (the SHA-256 it may add is reported, as classic transfers do). A
+    worker thread reads the next MiB while the event loop seals and sends this one."""
+    loop = asyncio.get_running_loop()
     with path.open("rb") as f:
-        while True:
-            batch = []
-            for _ in range(WRITE_BATCH):
-                chunk = f.read(DATA_CHUNK)
-                if not chunk:
-                    break
-                batch.append(encode(DATA, chunk))
-                report.data_bytes += len(chunk)
-                if progress:
-                    progress(len(chunk))
-            if not batch:
-                return
-            writer.write(b"".join(batch))
-            await writer.drain()
+        offset = 0
+        ahead = loop.run_in_executor(None, _read_batch, f.fileno(), offset)
+        try:
+            while chunks := await ahead:
+                offset += sum(map(len, chunks))
+                ahead = loop.run_in_executor(None, _read_batch, f.fileno(), offset)
+                for i in range(0, len(chunks), WRITE_BATCH):
+                    batch = chunks[i:i + WRITE_BATCH]
+                    writer.write(_data_messages(batch))
+                    n = sum(map(len, batch))
+                    report.data_bytes += n
+                    if progress:
+                        progress(n)
+                    await writer.drain()
+        finally:
+            if not ahead.done():  # the file closes below: let the read in flight finish first
+                await asyncio.wait([ahead])
 
 
 async def _expect_ack(reader, size: int, name: str, report: Report) -> None:
@@ -224,20 +252,38 @@ async def _receive_one_file(reader, writer, dest: Path, size: int, timestamp: in
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     h, got = hashlib.sha256() if sha256 else None, 0
+    loop = asyncio.get_running_loop()
     with part.open("wb") as f:
-        while got < size:
-            msg = await read_message(reader)
-            if msg is None or msg[0] != DATA:
-                raise TransferError(f"{dest.name}: stream ended after {got} of {size} bytes")
-            data = msg[1]
-            got += len(data)
-            if got > size:
-                raise TransferError(f"{dest.name}: more data than offered")
-            if h is not None:
-                h.update(data)
-            f.write(data)
-            if progress:
-                progress(len(data))
+        writing = None  # one batch at a time in a worker thread (hash and write), while the loop reads the next
+
+        def store(batch: list[bytes]) -> None:
+            for data in batch:
+                if h is not None:
+                    h.update(data)
+                f.write(data)
+
+        try:
+            batch: list[bytes] = []
+            while got < size:
+                msg = await read_message(reader)
+                if msg is None or msg[0] != DATA:
+                    raise TransferError(f"{dest.name}: stream ended after {got} of {size} bytes")
+                data = msg[1]
+                got += len(data)
+                if got > size:
+                    raise TransferError(f"{dest.name}: more data than offered")
+                batch.append(data)
+                if progress:
+                    progress(len(data))
+                if len(batch) >= FILE_BATCH or got == size:
+                    if writing is not None:
+                        await writing
+                    writing, batch = loop.run_in_executor(None, store, batch), []
+            if writing is not None:
+                await writing
+        finally:
+            if writing is not None and not writing.done():  # the file closes below
+                await asyncio.wait([writing])
     os.replace(part, dest)
     if timestamp:
         os.utime(dest, (time.time(), timestamp))

@@ -48,13 +48,21 @@ class _FirstConnection:
     """on_status that prints the first connection as a classic transfer does ("Sending (Dilation, PATH)..."),
     later ones as say_status, and remembers the path in use."""
 
-    def __init__(self, verb: str) -> None:
-        self.verb, self.path = verb, ""
+    def __init__(self, verb: str, held: bool = False) -> None:
+        self.verb, self.path, self.held, self.said = verb, "", held, False
+
+    def release(self) -> None:
+        """A held line (the receiver's) is printed once the offer is accepted, as a classic receiver does."""
+        self.held = False
+        if self.path and not self.said:
+            self.said = True
+            _say(f"{self.verb} ({self.path})...")
 
     def __call__(self, s) -> None:
         if s.state == "connected" and not self.path:
             self.path = f"Dilation, {s.path}" if s.path else "Dilation"
-            _say(f"{self.verb} ({self.path})...")
+            if not self.held:
+                self.release()
             return
         if s.state == "connected":
             self.path = f"Dilation, {s.path}" if s.path else self.path
@@ -194,8 +202,13 @@ async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None 
             return ALREADY_HAVE  # a re-run of `send --dilated A B` sends only what is missing
         exists = dest.exists() or dest.is_symlink()
         what = f"{'directory' if is_dir else 'file'} {name!r} ({human(size)})"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        free = shutil.disk_usage(dest.parent).free
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(dest.parent).free
+        except OSError as e:  # tell the sender rather than leave it waiting
+            w.send_message(json.dumps({"error": "transfer rejected: the receiver cannot write there "
+                                                f"({e.strerror or e})"}).encode())
+            raise
         if free < size:
             why.append(f"insufficient free space: {free} bytes free, {size} needed")
         elif exists and not is_dir and dest.is_dir():
@@ -211,9 +224,10 @@ async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None 
             return None
         placed[name] = dest
         progress.total += size
+        status.release()
         return dest
 
-    status = _FirstConnection("Receiving")
+    status = _FirstConnection("Receiving", held=True)
 
     want = getattr(args, "sha256", False) or sender_needs_sha256(w.peer_versions)
     try:
