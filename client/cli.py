@@ -230,6 +230,7 @@ async def cmd_send(args: argparse.Namespace) -> int:
         CLASSIC_SENDER_APP_VERSIONS,
         can_receive_dilated,
         dilated_sender_versions,
+        prepare_dilated_transfer,
     )
 
     # A FILE/DIR offers Dilation too: a burrow receiver takes it (first byte over the relay at once, a direct
@@ -238,6 +239,8 @@ async def cmd_send(args: argparse.Namespace) -> int:
     w = _wormhole(args, dilation=dilate, app_versions=dilated_sender_versions(1) if dilate
                   else CLASSIC_SENDER_APP_VERSIONS)  # the receiver's SHA-256: only if it wants
     early = None
+    if dilate:
+        asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)
     if path is not None:  # load transit, listen and look up our NAT's address beside the code exchange
         warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         early = asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
@@ -285,7 +288,11 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_receive(args: argparse.Namespace) -> int:
-    from burrow.client.apps.transfer_versions import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender
+    from burrow.client.apps.transfer_versions import (
+        RECEIVER_WORMHOLE_KWARGS,
+        is_dilated_sender,
+        prepare_dilated_transfer,
+    )
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
@@ -294,6 +301,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
     # wait starts sooner, and a typed-in-advance code makes the key exchange short.
     prepare_transit()
     early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
+    asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)  # a burrow sender dilates
     try:
         await w.open()
         code = args.code or await _read_code(w)

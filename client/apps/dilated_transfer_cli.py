@@ -64,9 +64,16 @@ class _FirstConnection:
             if not self.held:
                 self.release()
             return
+        if s.state == "reconnecting" and self.path.startswith("Dilation, relay"):
+            return  # most likely the move to a direct path found behind the relay: say where we went instead
         if s.state == "connected":
+            moved = self.path.startswith("Dilation, relay") and (s.path or "").startswith("direct")
             self.path = f"Dilation, {s.path}" if s.path else self.path
-        say_status(s)
+            if moved and self.said:
+                _say(f"Moved to a direct path ({self.path})")
+                return
+        if self.said:
+            say_status(s)
 
 
 class _Progress:

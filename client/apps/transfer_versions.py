@@ -60,5 +60,12 @@ def dilated_sender_versions(paths: int) -> dict:
     return {**app_versions("send", "ask"), "burrow": {**CLASSIC_SENDER_APP_VERSIONS["burrow"], "paths": paths}}
 
 
+def prepare_dilated_transfer() -> None:
+    """Load Dilation and Dilated File-Transfer in a thread while the code and key exchange run: between burrow
+    peers a file goes that way, and the imports cost a few tenths of a second."""
+    import burrow.client.apps.dilated_transfer_cli  # noqa: F401 - imported for its cost
+    import burrow.client.dilation.aio  # noqa: F401
+
+
 RECEIVER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("receive", "ask")}
 SENDER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": dilated_sender_versions(0)}  # 0: several paths
