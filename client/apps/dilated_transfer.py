@@ -284,7 +284,11 @@ async def _receive_one_file(reader, writer, dest: Path, size: int, timestamp: in
         finally:
             if writing is not None and not writing.done():  # the file closes below
                 await asyncio.wait([writing])
-    os.replace(part, dest)
+    if dest.exists() or dest.is_symlink():
+        os.replace(part, dest)  # the user agreed to overwrite it
+    else:
+        os.link(part, dest)  # fails rather than clobber a file that appeared meanwhile
+        part.unlink()
     if timestamp:
         os.utime(dest, (time.time(), timestamp))
     report.data_bytes += got
