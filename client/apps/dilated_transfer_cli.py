@@ -26,10 +26,14 @@ from burrow.client.apps.transfer_versions import (
     peer_transfer,
     sender_needs_sha256,
 )
-from burrow.client.errors import TransferError, TransferRejected
+from burrow.client.errors import TransferError, TransferRejected, TransitError
 from burrow.client.options import peer_command, ssl_context
 
 PEER_REASON_WAIT = 2.0  # seconds a failed send waits for the receiver's reason (its mailbox error)
+# seconds either side waits for its first Dilation connection before it gives up (Dilation itself keeps
+# trying for ever; classic Transit's overall bound is the same)
+FIRST_CONNECTION_TIMEOUT = 120.0
+NO_PATH = "found no transit path"  # in the error a side sends the other, as classic Transit's (apps/transfer.py)
 
 
 def _say(msg: str) -> None:
@@ -148,26 +152,51 @@ def _size(p: Path) -> int:
     return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+def _watch_connection(w, role: str, on_status):
+    """(on_status that also notes the first connection, a task that raises TransitError, and tells the peer,
+    when none came within FIRST_CONNECTION_TIMEOUT)."""
+    connected = asyncio.Event()
+
+    def status(s) -> None:
+        if s.state == "connected":
+            connected.set()
+        on_status(s)
+
+    async def guard() -> None:
+        try:
+            await asyncio.wait_for(connected.wait(), FIRST_CONNECTION_TIMEOUT)
+        except TimeoutError:
+            why = f"no Dilation connection within {FIRST_CONNECTION_TIMEOUT:g} s"
+            w.send_message(json.dumps({"error": f"the {role} {NO_PATH} ({why})"}).encode())
+            raise TransitError(f"no transit path works: {why}") from None
+
+    return status, asyncio.ensure_future(guard())
+
+
 async def _send(w, args, paths: list[Path], on_status) -> Report:
     """Dilate, offer `paths`, and wait for the receiver; its `{"error": ...}` (Ctrl-C at its question) wins
     over our broken subchannel."""
     progress = _Progress(not args.hide_progress, sum(_size(p) for p in paths))
+    on_status, guard = _watch_connection(w, "sender", on_status)
     sending = asyncio.ensure_future(
         send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
                 progress=progress if progress.bar.enabled else None, on_status=on_status))
     watching = asyncio.ensure_future(_peer_error(w))
     try:
-        await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({sending, watching, guard}, return_when=asyncio.FIRST_COMPLETED)
+        if guard.done() and guard.exception() is not None:
+            raise guard.exception()
         if sending.done() and sending.exception() is not None and not watching.done():
             # the receiver's stop can end our subchannels before its reason arrives by the mailbox
             await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
         if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
-            sending.cancel()  # the receiver gave up (Ctrl-C...): its reason, not our broken subchannel
-            raise TransferError(f"remote error: {watching.result()}")
+            sending.cancel()  # the receiver gave up (Ctrl-C, no path...): its reason, not our broken subchannel
+            error = TransitError if NO_PATH in watching.result() else TransferError
+            raise error(f"remote error: {watching.result()}")
         return await sending
     finally:
-        watching.cancel()
-        sending.cancel()
+        for t in (watching, sending, guard):
+            t.cancel()
         progress.bar.finish()
 
 
@@ -235,13 +264,19 @@ async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None 
         return dest
 
     status = _FirstConnection("Receiving", held=True)
-
+    on_status, guard = _watch_connection(w, "receiver", status)
     want = getattr(args, "sha256", False) or sender_needs_sha256(w.peer_versions)
+    receiving = asyncio.ensure_future(receive_on(
+        w, folder, place=place, listen=not args.no_listen, on_status=on_status,
+        progress=progress if progress.bar.enabled else None, sha256=want, on_text=lambda t: _say(f"peer says: {t}")))
     try:
-        report = await receive_on(w, folder, place=place, listen=not args.no_listen, on_status=status,
-                                  progress=progress if progress.bar.enabled else None, sha256=want,
-                                  on_text=lambda t: _say(f"peer says: {t}"))
+        await asyncio.wait({receiving, guard}, return_when=asyncio.FIRST_COMPLETED)
+        if guard.done() and guard.exception() is not None:
+            raise guard.exception()
+        report = await receiving
     finally:
+        receiving.cancel()
+        guard.cancel()
         progress.bar.finish()
     if one and report.rejected:
         raise TransferRejected(why[-1] if why else "transfer rejected")
