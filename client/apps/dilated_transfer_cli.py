@@ -183,9 +183,11 @@ async def _send(w, args, paths: list[Path], on_status) -> Report:
                 progress=progress if progress.bar.enabled else None, on_status=on_status))
     watching = asyncio.ensure_future(_peer_error(w))
     try:
-        await asyncio.wait({sending, watching, guard}, return_when=asyncio.FIRST_COMPLETED)
-        if guard.done() and guard.exception() is not None:
-            raise guard.exception()
+        while not (sending.done() or watching.done()):  # the guard ends quietly once connected
+            await asyncio.wait({sending, watching, *([] if guard.done() else [guard])},
+                               return_when=asyncio.FIRST_COMPLETED)
+            if guard.done() and guard.exception() is not None:
+                raise guard.exception()
         if sending.done() and sending.exception() is not None and not watching.done():
             # the receiver's stop can end our subchannels before its reason arrives by the mailbox
             await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
@@ -266,16 +268,20 @@ async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None 
     status = _FirstConnection("Receiving", held=True)
     on_status, guard = _watch_connection(w, "receiver", status)
     want = getattr(args, "sha256", False) or sender_needs_sha256(w.peer_versions)
-    receiving = asyncio.ensure_future(receive_on(
-        w, folder, place=place, listen=not args.no_listen, on_status=on_status,
-        progress=progress if progress.bar.enabled else None, sha256=want, on_text=lambda t: _say(f"peer says: {t}")))
+    # receive_on runs in this task, so that Ctrl-C here closes Dilation (telling the sender) before the CLI
+    # sends its reason; the guard, when it fires, cancels this task and its error is raised instead
+    me = asyncio.current_task()
+    guard.add_done_callback(lambda g: me.cancel() if not g.cancelled() and g.exception() is not None else None)
     try:
-        await asyncio.wait({receiving, guard}, return_when=asyncio.FIRST_COMPLETED)
-        if guard.done() and guard.exception() is not None:
-            raise guard.exception()
-        report = await receiving
+        report = await receive_on(w, folder, place=place, listen=not args.no_listen, on_status=on_status,
+                                  progress=progress if progress.bar.enabled else None, sha256=want,
+                                  on_text=lambda t: _say(f"peer says: {t}"))
+    except asyncio.CancelledError:
+        if guard.done() and not guard.cancelled() and guard.exception() is not None:
+            me.uncancel()
+            raise guard.exception() from None
+        raise
     finally:
-        receiving.cancel()
         guard.cancel()
         progress.bar.finish()
     if one and report.rejected:
