@@ -1,10 +1,12 @@
 """Transfers through the NAT lab (harness/natlab): one JSON object per scenario (root; network namespaces).
 
-    python bench/nat.py [--json] [--size BYTES] [--scenario NAME]... [--transfer dilated|classic|iroh]... [--derp]
-                        [--no-transit]
+    python bench/nat.py [--json] [--size BYTES] [--scenario NAME]... [--transfer default|dilated|classic|iroh]...
+                        [--derp] [--no-transit]
 
 Each row: {"scenario", "path" ("direct" | "relay"), "time_to_first_byte_s", "time_to_direct_s" (null
-when no direct path), "bytes_ok", "throughput_MBps", "transfer" ("dilated" | "classic"), "phases"}; scenario
+when no direct path), "bytes_ok", "throughput_MBps", "transfer", "phases"}. "transfer" is "default" (plain
+`burrow send FILE` to `burrow receive`: what a user of two burrow clients gets, a Dilated transfer), "classic"
+(`--classic`: the transfer a magic-wormhole 0.24 or wormhole-william peer gets) or "dilated" (`--dilated`); scenario
 names are harness/natlab/topology.py SCENARIOS (new scenarios and paths appear here by themselves). Times
 are wall clock from starting both burrow processes, so read them as same-run ratios. "phases" splits the
 time to the first byte (harness/natlab/services.py Transfer.phases): the sender's code printed (Python
@@ -63,6 +65,7 @@ def run(name: str, size: int, kinds: list[str], derp: bool = False, transit: boo
         rows = []
         for kind in kinds:
             result = services.transfer(lab, topo, servers, "a", "b", size, dilated=kind == "dilated",
+                                       default=kind == "default",
                                        code=f"7-natlab-{kind}", extra=extra)
             rows.append({**result.row(), "route": result.route, "derp": derp, "transit": transit,
                          "cli_startup_s": startup})
@@ -85,12 +88,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the rows as one JSON list (default: a table)")
     ap.add_argument("--size", type=int, default=50_000_000, help="bytes per transfer (default %(default)s)")
     ap.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only these (repeatable)")
-    ap.add_argument("--transfer", action="append", choices=["dilated", "classic", "iroh"],
-                    help="which transfers per scenario (repeatable; default dilated and classic)")
+    ap.add_argument("--transfer", action="append", choices=["default", "dilated", "classic", "iroh"],
+                    help="which transfers per scenario (repeatable; default: default and classic)")
     ap.add_argument("--derp", action="store_true", help="both sides name the lab's DERP relay (default: off)")
     ap.add_argument("--no-transit", action="store_true", help="no transit relay reachable (default: off)")
     args = ap.parse_args()
-    kinds = args.transfer or ["dilated", "classic"]
+    kinds = args.transfer or ["default", "classic"]
     wormhole = [k for k in kinds if k != "iroh"]
     rows = []
     for name in args.scenario or SCENARIOS:

@@ -3,7 +3,9 @@
 burrow's mailbox and transit relay run on 127.0.0.1 (or the reference ones with --servers reference); for
 each client the sender and the receiver start together with the code typed in advance, and the figure is
 the wall time from starting both until both have exited (process start, imports, the mailbox round trips,
-PAKE, the transit connection, the data, the close). Clients: burrow, magic-wormhole 0.24 and, for the
+PAKE, the transit connection, the data, the close). Clients: burrow (plain `burrow send`: a Dilated
+transfer between burrow peers), burrow-classic (`--classic`: classic Transit, what a magic-wormhole or
+wormhole-william peer gets; files only, a text is the same either way), magic-wormhole 0.24 and, for the
 text, wormhole-william where it is installed (its command line cannot be given a transit helper, and its
 file transfers fail at once looking up the public one, which this machine cannot reach).
 
@@ -41,9 +43,10 @@ LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 def commands(client: str, servers, code: str, src: Path | None, out: Path) -> tuple[list[str], list[str]]:
     relay, transit = servers.relay_url, servers.transit_helper
     what = ["--text", "hello"] if src is None else [str(src)]
-    if client == "burrow":
+    if client in ("burrow", "burrow-classic"):
         b, c = str(VENV_BIN / "burrow"), ["--relay-url", relay, "--transit-helper", transit]
-        return [b, "send", *c, "--hide-progress", "--code", code, *what], \
+        how = ["--classic"] if client == "burrow-classic" else []
+        return [b, "send", *c, *how, "--hide-progress", "--code", code, *what], \
             [b, "receive", *c, "--hide-progress", "--accept-file", "-o", str(out), code]
     if client == "magic-wormhole":
         w, c = str(VENV_BIN / "wormhole"), ["--relay-url", relay, "--transit-helper", transit]
@@ -108,7 +111,8 @@ def main() -> None:
     p.add_argument("--servers", choices=["burrow", "reference"], default="burrow")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="burrow-small-"))
-    clients = ["burrow", "magic-wormhole"] + (["wormhole-william"] if shutil.which("wormhole-william") else [])
+    clients = ["burrow", "burrow-classic", "magic-wormhole"] + (
+        ["wormhole-william"] if shutil.which("wormhole-william") else [])
     servers = start_servers(args.servers, work)
     env = dict(os.environ)
     rows, breakdown = [], {}
@@ -120,7 +124,7 @@ def main() -> None:
                 src.write_bytes(os.urandom(size))
             medians = {}
             for client in clients:
-                if client == "wormhole-william" and src is not None:
+                if (client == "wormhole-william" and src is not None) or (client == "burrow-classic" and src is None):
                     continue
                 times = []
                 for _ in range(args.rounds):

@@ -1,5 +1,9 @@
 """Benchmark: a large file over loopback, burrow -> burrow vs magic-wormhole -> magic-wormhole.
 
+Client rows: burrow (`burrow send FILE` as a user runs it: a Dilated transfer between burrow peers),
+burrow-classic (`--classic`: classic Transit, the transfer a magic-wormhole or wormhole-william peer gets),
+burrow-dilated (`--dilated`), wormhole (magic-wormhole 0.24 on both sides).
+
 Runs the reference mailbox + transit relay (or ours with --servers burrow) on 127.0.0.1, then for each
 client pair and mode (direct; relay forced with --no-listen on both sides) sends one file and measures:
   * MB/s: file size / (time the receiver's output reached full size - time its first byte appeared),
@@ -55,10 +59,11 @@ def make_file(path: Path, size: int) -> None:
 
 def commands(client: str, relay: str, transit: str, code: str, src: Path, relay_only: bool):
     nl = ["--no-listen"] if relay_only else []
-    if client == "burrow":
+    if client in ("burrow", "burrow-classic", "burrow-dilated"):
         b = str(VENV_BIN / "burrow")
         common = ["--relay-url", relay, "--transit-helper", transit, "--hide-progress"] + nl
-        return [b, "send", *common, "--code", code, str(src)], [b, "receive", *common, "--accept-file", code]
+        how = {"burrow": [], "burrow-classic": ["--classic"], "burrow-dilated": ["--dilated"]}[client]
+        return [b, "send", *common, *how, "--code", code, str(src)], [b, "receive", *common, "--accept-file", code]
     w = str(VENV_BIN / "wormhole")
     common = ["--relay-url", relay, "--transit-helper", transit]
     return ([w, *common, "send", "--hide-progress", *nl, "--code", code, str(src)],
@@ -164,8 +169,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--servers", default="reference", choices=["reference", "burrow"])
-    ap.add_argument("--clients", default="burrow,wormhole,cipher-only",
-                    help="burrow, wormhole (magic-wormhole 0.24), the cipher-only yardstick, floor (the "
+    ap.add_argument("--clients", default="burrow,burrow-classic,wormhole,cipher-only",
+                    help="burrow (plain `burrow send`), burrow-classic (--classic), burrow-dilated (--dilated), "
+                         "wormhole (magic-wormhole 0.24), the cipher-only yardstick, floor (the "
                          "cipher-only stream that also reads the file, hashes and writes the copy) and "
                          "floor-nohash (the same without the hash)")
     ap.add_argument("--repeat", type=int, default=1,
@@ -225,19 +231,14 @@ def print_table(rows: list[dict], size_mib: int, repeat: int = 1, runs: int = 0,
     print()
     for mode in ("direct", "relay"):
         by = {r["client"]: r for r in rows if r["mode"] == mode}
-        if "burrow" in by and "wormhole" in by and by["wormhole"]["mbps"]:
-            b, w = by["burrow"], by["wormhole"]
-            cpu_b = b["cpu_send"] + b["cpu_recv"]
-            cpu_w = w["cpu_send"] + w["cpu_recv"]
-            print(f"- {mode}: burrow / magic-wormhole rate = {b['mbps'] / w['mbps']:.2f}x streaming, "
-                  f"{b['e2e_mbps'] / w['e2e_mbps']:.2f}x end to end; "
-                  f"CPU seconds burrow {cpu_b:.2f} vs magic-wormhole {cpu_w:.2f}")
-        for yardstick in ("cipher-only", "floor", "floor-nohash"):
-            if "burrow" in by and yardstick in by and by[yardstick]["mbps"]:
-                b, c = by["burrow"], by[yardstick]
-                print(f"- {mode}: burrow / {yardstick} rate = {b['mbps'] / c['mbps']:.0%}; CPU seconds (both sides) "
-                      f"burrow {b['cpu_send'] + b['cpu_recv']:.2f} vs {yardstick} "
-                      f"{c['cpu_send'] + c['cpu_recv']:.2f}")
+        pairs = [(b, o) for b in ("burrow", "burrow-classic", "burrow-dilated")
+                 for o in ("burrow-classic", "wormhole", "cipher-only", "floor", "floor-nohash") if b != o]
+        for name, other in pairs:
+            if name in by and other in by and by[other]["mbps"] and by[other]["e2e_mbps"]:
+                b, w = by[name], by[other]
+                print(f"- {mode}: {name} / {other} rate = {b['mbps'] / w['mbps']:.2f}x streaming, "
+                      f"{b['e2e_mbps'] / w['e2e_mbps']:.2f}x end to end; CPU seconds (both sides) "
+                      f"{name} {b['cpu_send'] + b['cpu_recv']:.2f} vs {other} {w['cpu_send'] + w['cpu_recv']:.2f}")
 
 
 if __name__ == "__main__":

@@ -98,9 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--code", help="use this code instead of allocating one (default: a new code)")
     s.add_argument("--code-length", type=int, default=codes.DEFAULT_CODE_LENGTH,
                    help=f"words in the code (default: {codes.DEFAULT_CODE_LENGTH})")
-    s.add_argument("--dilated", action="store_true",
-                   help="use Dilated File-Transfer: many files over parallel subchannels, resumable "
-                        "(default: off)")
+    how = s.add_mutually_exclusive_group()
+    how.add_argument("--dilated", action="store_true",
+                     help="only Dilated File-Transfer (fails if the receiver cannot take it): many files over "
+                          "parallel subchannels, resumable (default: Dilated to a burrow receiver, classic to "
+                          "others)")
+    how.add_argument("--classic", action="store_true",
+                     help="only a classic transfer (file-transfer v1, what magic-wormhole and wormhole-william "
+                          "receivers get) even to a burrow receiver (default: off)")
     s.add_argument("--parallel", type=int, default=8, help="subchannels used with --dilated (default: 8)")
     r = sub.add_parser("receive", aliases=["recv"], parents=[common], help="receive with a code")
     r.add_argument("code", nargs="?", help="the code (asked interactively, with tab completion, if absent)")
@@ -221,10 +226,21 @@ async def cmd_send(args: argparse.Namespace) -> int:
     if path is not None and not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
         _say(f"burrow send: error: {path} is not readable")
         return EXIT_USAGE
-    from burrow.client.apps.transfer_versions import CLASSIC_SENDER_APP_VERSIONS
+    from burrow.client.apps.transfer_versions import (
+        CLASSIC_SENDER_APP_VERSIONS,
+        can_receive_dilated,
+        dilated_sender_versions,
+        prepare_dilated_transfer,
+    )
 
-    w = _wormhole(args, app_versions=CLASSIC_SENDER_APP_VERSIONS)  # the receiver's SHA-256: only if it wants
+    # A FILE/DIR offers Dilation too: a burrow receiver takes it (first byte over the relay at once, a direct
+    # path later, without loss); other receivers ignore the offer and get the classic transfer below.
+    dilate = path is not None and not args.classic
+    w = _wormhole(args, dilation=dilate, app_versions=dilated_sender_versions(1) if dilate
+                  else CLASSIC_SENDER_APP_VERSIONS)  # the receiver's SHA-256: only if it wants
     early = None
+    if dilate:
+        asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)
     if path is not None:  # load transit, listen and look up our NAT's address beside the code exchange
         warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
         early = asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
@@ -245,6 +261,11 @@ async def cmd_send(args: argparse.Namespace) -> int:
         if text is not None:
             await send_text(w, text)
             _say("text message sent")
+        elif dilate and can_receive_dilated(await w.get_peer_versions()):
+            await discard_transit(early)
+            from burrow.client.apps.dilated_transfer_cli import send_one_dilated
+
+            return await send_one_dilated(w, args, path)
         else:
             assert early is not None
             transit = await take_transit(early)
@@ -267,7 +288,11 @@ async def cmd_send(args: argparse.Namespace) -> int:
 
 
 async def cmd_receive(args: argparse.Namespace) -> int:
-    from burrow.client.apps.transfer_versions import RECEIVER_WORMHOLE_KWARGS, is_dilated_sender
+    from burrow.client.apps.transfer_versions import (
+        RECEIVER_WORMHOLE_KWARGS,
+        is_dilated_sender,
+        prepare_dilated_transfer,
+    )
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
@@ -276,6 +301,7 @@ async def cmd_receive(args: argparse.Namespace) -> int:
     # wait starts sooner, and a typed-in-advance code makes the key exchange short.
     prepare_transit()
     early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
+    asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)  # a burrow sender dilates
     try:
         await w.open()
         code = args.code or await _read_code(w)
@@ -284,15 +310,9 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         if args.verify:
             _say(f"Verifier {verifier.hex()}.")
         if is_dilated_sender(w.peer_versions):
-            async def confirm_dilated(name: str, size: int, is_dir: bool) -> bool:
-                if args.accept_file:
-                    return True
-                kind = "directory" if is_dir else "file"
-                return await _ask_peer(w, f"Receive {kind} {name!r} ({human(size)})? (y/N) ")
-
             from burrow.client.apps.dilated_transfer_cli import receive_dilated
 
-            return await receive_dilated(w, args, confirm_dilated)
+            return await receive_dilated(w, args, lambda prompt: _ask_peer(w, prompt))
         bar = ProgressBar(enabled=False if args.hide_progress else None)
 
         async def confirm(offer: Offer, dest: Path, exists: bool) -> bool:

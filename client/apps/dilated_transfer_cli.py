@@ -1,10 +1,14 @@
-"""CLI glue for Dilated File-Transfer, for client/cli.py to call (`burrow send --dilated`, `burrow receive`).
+"""CLI glue for Dilated File-Transfer, for client/cli.py to call (`burrow send FILE` to a burrow receiver,
+`burrow send --dilated`, `burrow receive`).
 
   rc = await cmd_send_dilated(args)       # args: relay_url, transit_helper, appid, code, code_length,
-                                          #       no_listen, hide_progress, what (path), optional parallel
+                                          #       no_listen, hide_progress, what (paths), optional parallel
+  w = Wormhole(..., dilation=True, app_versions=dilated_sender_versions(1))  # `burrow send FILE`
+  if can_receive_dilated(await w.get_peer_versions()):  # (transfer_versions.py) a burrow receiver
+      rc = await send_one_dilated(w, args, path)  # the lines a classic `burrow send FILE` prints
   w = Wormhole(..., **RECEIVER_WORMHOLE_KWARGS)  # (transfer_versions.py) so a dilated sender can be recognised
   if is_dilated_sender(w.peer_versions):  # (transfer_versions.py) after `await w.get_verifier()`
-      rc = await receive_dilated(w, args, confirm)  # confirm(name, size, is_dir) -> bool, may be None
+      rc = await receive_dilated(w, args, ask)  # ask(prompt) -> bool: the classic receiver's questions
 """
 
 from __future__ import annotations
@@ -15,12 +19,21 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from burrow.client.apps.dilated_transfer import Report, receive_on, send_on
-from burrow.client.apps.transfer_versions import SENDER_WORMHOLE_KWARGS
-from burrow.client.errors import TransferError
+from burrow.client.apps.dilated_transfer import ALREADY_HAVE, Report, have, receive_on, send_on
+from burrow.client.apps.transfer_versions import (
+    SENDER_WORMHOLE_KWARGS,
+    one_path_sender,
+    peer_transfer,
+    sender_needs_sha256,
+)
+from burrow.client.errors import TransferError, TransferRejected, TransitError
 from burrow.client.options import peer_command, ssl_context
 
 PEER_REASON_WAIT = 2.0  # seconds a failed send waits for the receiver's reason (its mailbox error)
+# seconds either side waits for its first Dilation connection before it gives up (Dilation itself keeps
+# trying for ever; classic Transit's overall bound is the same)
+FIRST_CONNECTION_TIMEOUT = 120.0
+NO_PATH = "found no transit path"  # in the error a side sends the other, as classic Transit's (apps/transfer.py)
 
 
 def _say(msg: str) -> None:
@@ -33,6 +46,38 @@ def say_status(s) -> None:
         _say(f"Connected{' (' + s.path + ')' if s.path else ''}")
     elif s.state == "reconnecting":
         _say("Connection lost; reconnecting...")
+
+
+class _FirstConnection:
+    """on_status that prints the first connection as a classic transfer does ("Sending (Dilation, PATH)..."),
+    later ones as say_status, and remembers the path in use."""
+
+    def __init__(self, verb: str, held: bool = False) -> None:
+        self.verb, self.path, self.held, self.said = verb, "", held, False
+
+    def release(self) -> None:
+        """A held line (the receiver's) is printed once the offer is accepted, as a classic receiver does."""
+        self.held = False
+        if self.path and not self.said:
+            self.said = True
+            _say(f"{self.verb} ({self.path})...")
+
+    def __call__(self, s) -> None:
+        if s.state == "connected" and not self.path:
+            self.path = f"Dilation, {s.path}" if s.path else "Dilation"
+            if not self.held:
+                self.release()
+            return
+        if s.state == "reconnecting" and self.path.startswith("Dilation, relay"):
+            return  # most likely the move to a direct path found behind the relay: say where we went instead
+        if s.state == "connected":
+            moved = self.path.startswith("Dilation, relay") and (s.path or "").startswith("direct")
+            self.path = f"Dilation, {s.path}" if s.path else self.path
+            if moved and self.said:
+                _say(f"Moved to a direct path ({self.path})")
+                return
+        if self.said:
+            say_status(s)
 
 
 class _Progress:
@@ -62,8 +107,6 @@ async def cmd_send_dilated(args) -> int:
     if missing:
         _say(f"burrow send: {missing[0]} does not exist")
         return 2
-    total = sum(p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-                for p in paths)
     from ..cli import nat_options
 
     w = Wormhole(args.relay_url, args.appid, transit_helper=args.transit_helper, ssl_context=ssl_context(args),
@@ -77,24 +120,10 @@ async def cmd_send_dilated(args) -> int:
             w.allocate_code(args.code_length)
         code = await w.get_code()
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n{peer_command(args, 'receive', code)}\n")
-        progress = _Progress(not args.hide_progress, total)
-        sending = asyncio.ensure_future(
-            send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
-                    progress=progress if progress.bar.enabled else None, on_status=say_status))
-        watching = asyncio.ensure_future(_peer_error(w))
-        try:
-            await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
-            if sending.done() and sending.exception() is not None and not watching.done():
-                # the receiver's stop can end our subchannels before its reason arrives by the mailbox
-                await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
-            if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
-                sending.cancel()  # the receiver gave up (Ctrl-C...): its reason, not our broken subchannel
-                raise TransferError(f"remote error: {watching.result()}")
-            report = await sending
-        finally:
-            watching.cancel()
-            sending.cancel()
-            progress.bar.finish()
+        if peer_transfer(await w.get_peer_versions()) is None:  # magic-wormhole 0.24, wormhole-william
+            w.send_message(b'{"error": "the sender uses Dilated File-Transfer, which this client does not receive"}')
+            raise TransferError("the receiver cannot receive a Dilated transfer (send without --dilated)")
+        report = await _send(w, args, paths, say_status)
         _summary(report, "Sent")
         await w.close()
         return 5 if report.rejected else 0
@@ -103,6 +132,74 @@ async def cmd_send_dilated(args) -> int:
             await w.close()
         except Exception:
             pass
+
+
+async def send_one_dilated(w, args, path: Path) -> int:
+    """`burrow send FILE|DIR` to a burrow receiver, on a Wormhole whose key is agreed: a Dilated transfer that
+    prints what a classic one prints."""
+    _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
+    status = _FirstConnection("Sending")
+    report = await _send(w, args, [path], status)
+    if report.rejected:
+        raise TransferRejected("remote error: transfer rejected")
+    digest = next(iter(report.sha256.values()), "") if path.is_file() else ""
+    _say(f"Transfer complete ({status.path}){'; the receiver wrote SHA-256 ' + digest if digest else ''}.")
+    await w.close()
+    return 0
+
+
+def _size(p: Path) -> int:
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def _watch_connection(w, role: str, on_status):
+    """(on_status that also notes the first connection, a task that raises TransitError, and tells the peer,
+    when none came within FIRST_CONNECTION_TIMEOUT)."""
+    connected = asyncio.Event()
+
+    def status(s) -> None:
+        if s.state == "connected":
+            connected.set()
+        on_status(s)
+
+    async def guard() -> None:
+        try:
+            await asyncio.wait_for(connected.wait(), FIRST_CONNECTION_TIMEOUT)
+        except TimeoutError:
+            why = f"no Dilation connection within {FIRST_CONNECTION_TIMEOUT:g} s"
+            w.send_message(json.dumps({"error": f"the {role} {NO_PATH} ({why})"}).encode())
+            raise TransitError(f"no transit path works: {why}") from None
+
+    return status, asyncio.ensure_future(guard())
+
+
+async def _send(w, args, paths: list[Path], on_status) -> Report:
+    """Dilate, offer `paths`, and wait for the receiver; its `{"error": ...}` (Ctrl-C at its question) wins
+    over our broken subchannel."""
+    progress = _Progress(not args.hide_progress, sum(_size(p) for p in paths))
+    on_status, guard = _watch_connection(w, "sender", on_status)
+    sending = asyncio.ensure_future(
+        send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
+                progress=progress if progress.bar.enabled else None, on_status=on_status))
+    watching = asyncio.ensure_future(_peer_error(w))
+    try:
+        while not (sending.done() or watching.done()):  # the guard ends quietly once connected
+            await asyncio.wait({sending, watching, *([] if guard.done() else [guard])},
+                               return_when=asyncio.FIRST_COMPLETED)
+            if guard.done() and guard.exception() is not None:
+                raise guard.exception()
+        if sending.done() and sending.exception() is not None and not watching.done():
+            # the receiver's stop can end our subchannels before its reason arrives by the mailbox
+            await asyncio.wait({watching}, timeout=PEER_REASON_WAIT)
+        if watching.done() and watching.result() is not None and (not sending.done() or sending.exception()):
+            sending.cancel()  # the receiver gave up (Ctrl-C, no path...): its reason, not our broken subchannel
+            error = TransitError if NO_PATH in watching.result() else TransferError
+            raise error(f"remote error: {watching.result()}")
+        return await sending
+    finally:
+        for t in (watching, sending, guard):
+            t.cancel()
+        progress.bar.finish()
 
 
 async def _peer_error(w) -> str | None:
@@ -118,14 +215,82 @@ async def _peer_error(w) -> str | None:
             return str(msg["error"])
 
 
-async def receive_dilated(w, args, confirm: Callable[[str, int, bool], Awaitable[bool]] | None = None) -> int:
-    out = Path(args.output_file) if getattr(args, "output_file", None) else Path.cwd()
-    out.mkdir(parents=True, exist_ok=True)
-    if confirm is None and getattr(args, "accept_file", False):
-        async def confirm(name: str, size: int, is_dir: bool) -> bool:
-            return True
-    report = await receive_on(w, out, accept=confirm, listen=not args.no_listen,
-                              on_status=say_status,
-                              on_text=lambda t: _say(f"peer says: {t}"))
+async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None = None) -> int:
+    """Receive a Dilated sender's offers with a classic receiver's questions and lines: "Receive file 'x' (1 MB)
+    into DEST? (y/N)" (none with --accept-file), "DEST already exists." and no overwriting without a yes on a
+    terminal, free space checked. With a one-path sender `-o` is the target's path, else the folder for all.
+    A rejected one-path offer ends with TransferRejected, as a classic transfer does."""
+    import shutil
+
+    from burrow.client.apps.progress import human
+    from burrow.client.apps.receive import safe_name
+
+    one = one_path_sender(w.peer_versions)
+    output = Path(args.output_file) if getattr(args, "output_file", None) else None
+    folder = output if output is not None and not one else Path.cwd()
+    folder.mkdir(parents=True, exist_ok=True)
+    accept_all = getattr(args, "accept_file", False)
+    why: list[str] = []  # why the last offer was refused
+    placed: dict[str, Path] = {}
+    progress = _Progress(not getattr(args, "hide_progress", False), 0)  # each accepted offer adds its size
+
+    async def place(name: str, size: int, is_dir: bool, timestamp: int) -> Path | str | None:
+        dest = (output if one and output is not None else folder / safe_name(name)).absolute()
+        if not one and have(dest, size, timestamp):
+            return ALREADY_HAVE  # a re-run of `send --dilated A B` sends only what is missing
+        exists = dest.exists() or dest.is_symlink()
+        what = f"{'directory' if is_dir else 'file'} {name!r} ({human(size)})"
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(dest.parent).free
+        except OSError as e:  # tell the sender rather than leave it waiting
+            w.send_message(json.dumps({"error": "transfer rejected: the receiver cannot write there "
+                                                f"({e.strerror or e})"}).encode())
+            raise
+        if free < size:
+            why.append(f"insufficient free space: {free} bytes free, {size} needed")
+        elif exists and not is_dir and dest.is_dir():
+            why.append(f"{dest} is a directory")
+        elif exists:
+            _say(f"{dest} already exists.")
+            if accept_all or ask is None or not sys.stdin.isatty() or not await ask(
+                    f"Overwrite {dest} with the {what}? (y/N) "):
+                why.append(f"refusing to overwrite {dest}")
+        elif not accept_all and (ask is None or not await ask(f"Receive {what} into {dest}? (y/N) ")):
+            why.append("transfer rejected")
+        if why:
+            return None
+        placed[name] = dest
+        progress.total += size
+        status.release()
+        return dest
+
+    status = _FirstConnection("Receiving", held=True)
+    on_status, guard = _watch_connection(w, "receiver", status)
+    want = getattr(args, "sha256", False) or sender_needs_sha256(w.peer_versions)
+    # receive_on runs in this task, so that Ctrl-C here closes Dilation (telling the sender) before the CLI
+    # sends its reason; the guard, when it fires, cancels this task and its error is raised instead
+    me = asyncio.current_task()
+    guard.add_done_callback(lambda g: me.cancel() if not g.cancelled() and g.exception() is not None else None)
+    try:
+        report = await receive_on(w, folder, place=place, listen=not args.no_listen, on_status=on_status,
+                                  progress=progress if progress.bar.enabled else None, sha256=want,
+                                  on_text=lambda t: _say(f"peer says: {t}"))
+    except asyncio.CancelledError:
+        if guard.done() and not guard.cancelled() and guard.exception() is not None:
+            me.uncancel()
+            raise guard.exception() from None
+        raise
+    finally:
+        guard.cancel()
+        progress.bar.finish()
+    if one and report.rejected:
+        raise TransferRejected(why[-1] if why else "transfer rejected")
+    if one and placed:
+        name, dest = next(iter(placed.items()))
+        digest = report.sha256.get(name, "")
+        kind = "directory" if dest.is_dir() else "file"
+        _say(f"Received {kind} written to {dest}" + (f" (sha256 {digest})" if digest else ""))
+        return 0
     _summary(report, "Received")
     return 5 if report.rejected else 0

@@ -25,6 +25,14 @@ def is_dilated_sender(peer_versions: dict | None) -> bool:
     return t is not None and t.get("mode") in ("send", "connect")
 
 
+def can_receive_dilated(peer_versions: dict | None) -> bool:
+    """The peer takes Dilated File-Transfer offers (a burrow receiver; magic-wormhole 0.24 and
+    wormhole-william say nothing of the kind, so they get a classic transfer)."""
+    t = peer_transfer(peer_versions)
+    return (t is not None and t.get("mode") in ("receive", "connect") and isinstance(t.get("features"), list)
+            and "core0" in t["features"] and bool((peer_versions or {}).get("can-dilate")))
+
+
 # A classic (file-transfer v1) sender that checks nothing in the receiver's ack says so in its app_versions;
 # magic-wormhole and wormhole-william ignore keys they do not know. Its records are authenticated in order
 # (secretbox, sequential nonces) and the byte count is checked, so the digest adds no integrity between
@@ -38,5 +46,26 @@ def sender_needs_sha256(peer_versions: dict | None) -> bool:
     return not (isinstance(b, dict) and b.get("ack-sha256") == "optional")
 
 
+def one_path_sender(peer_versions: dict | None) -> bool:
+    """The Dilated sender offers one FILE or DIR (`burrow send FILE`): its receiver treats `-o` as the target's
+    path, as for a classic transfer, rather than as a folder for many files."""
+    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
+    return isinstance(b, dict) and b.get("paths") == 1
+
+
+def dilated_sender_versions(paths: int) -> dict:
+    """A Dilated File-Transfer sender's app_versions: it needs no digest in the acks, and offers `paths` paths.
+    magic-wormhole 0.24 and wormhole-william ignore all of it, so a sender offering Dilation to any peer stays a
+    plain classic sender for them."""
+    return {**app_versions("send", "ask"), "burrow": {**CLASSIC_SENDER_APP_VERSIONS["burrow"], "paths": paths}}
+
+
+def prepare_dilated_transfer() -> None:
+    """Load Dilation and Dilated File-Transfer in a thread while the code and key exchange run: between burrow
+    peers a file goes that way, and the imports cost a few tenths of a second."""
+    import burrow.client.apps.dilated_transfer_cli  # noqa: F401 - imported for its cost
+    import burrow.client.dilation.aio  # noqa: F401
+
+
 RECEIVER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("receive", "ask")}
-SENDER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("send", "ask")}
+SENDER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": dilated_sender_versions(0)}  # 0: several paths

@@ -34,8 +34,10 @@ RELAY_NAME = "relay.natlab"  # in every peer's /etc/hosts (Lab.hosts_file) with 
 START_TIMEOUT = 20.0
 TRANSFER_TIMEOUT = 120.0
 # the line each side prints when its transfer connected: Dilation ("Connected (direct tcp:...)", and the
-# older "dilation connected via ..."), classic ("Receiving (relay ...)...", "Sending (direct ...)...")
-CONNECTED = re.compile(r"dilation connected via (\w+) (\S+)|Receiving \((\w+) ([^)]+)\)|^Connected \((\w+) ([^)]+)\)")
+# older "dilation connected via ..."), classic ("Receiving (relay ...)...", "Sending (direct ...)..."), the
+# default send to a burrow receiver ("Receiving (Dilation, relay tcp:...)...", "Moved to a direct path (...)")
+CONNECTED = re.compile(r"dilation connected via (\w+) (\S+)|Receiving \((?:Dilation, )?(\w+) ([^)]+)\)"
+                       r"|^Connected \((\w+) ([^)]+)\)|^Moved to a direct path \(Dilation, (\w+) ([^)]+)\)")
 
 
 @dataclass
@@ -101,7 +103,7 @@ def start_servers(lab: Lab, topo: Topology, *, tls: tuple[Path, Path] | None = N
 @dataclass
 class Transfer:
     scenario: str
-    kind: str = "dilated"  # "dilated" | "classic"
+    kind: str = "dilated"  # "default" (plain `burrow send`) | "dilated" | "classic"
     path: str | None = None  # "direct" | "relay"
     route: str | None = None  # the winning connection's description
     time_to_first_byte_s: float | None = None
@@ -135,8 +137,11 @@ def _reader(proc: subprocess.Popen, lines: list, t0: float) -> None:
 
 
 def transfer(lab: Lab, topo: Topology, servers: Servers, sender: str, receiver: str, size: int, *,
-             dilated: bool = True, code: str = "7-natlab-test", extra: list[str] = ()) -> Transfer:
-    """Send `size` random bytes from peer `sender` to `receiver` through the lab; measure it."""
+             dilated: bool = True, code: str = "7-natlab-test", extra: list[str] = (),
+             default: bool = False) -> Transfer:
+    """Send `size` random bytes from peer `sender` to `receiver` through the lab; measure it: `burrow send
+    --dilated`, `--classic` (dilated=False), or with `default` plain `burrow send` (Dilated between burrow
+    peers, the row kind "default")."""
     src = lab.workdir / f"payload-{size}.bin"
     src.write_bytes(os.urandom(size))
     out = lab.workdir / f"received-{receiver}.bin"
@@ -145,9 +150,10 @@ def transfer(lab: Lab, topo: Topology, servers: Servers, sender: str, receiver: 
     out.unlink(missing_ok=True)
     client = [sys.executable, "-m", MODULES["client"]]
     common = [*servers.client_args(), "--hide-progress", *extra]
-    send = [*client, "send", *common, "--code", code, *(["--dilated"] if dilated else []), str(src)]
+    how = [] if default else ["--dilated"] if dilated else ["--classic"]
+    send = [*client, "send", *common, "--code", code, *how, str(src)]
     recv = [*client, "receive", *common, "--accept-file", "-o", str(out), code]
-    result = Transfer(topo.scenario.name, "dilated" if dilated else "classic")
+    result = Transfer(topo.scenario.name, "default" if default else "dilated" if dilated else "classic")
     t0 = time.monotonic()
     procs, lines = {}, {}
     for who, argv in (("sender", send), ("receiver", recv)):
@@ -190,10 +196,13 @@ def transfer(lab: Lab, topo: Topology, servers: Servers, sender: str, receiver: 
 
 
 def _partial(out: Path) -> bool:
-    """Has any byte of the file arrived (a dilated receiver writes into a directory, maybe a temp name)?"""
+    """Has any byte of the file arrived (a dilated receiver writes into a directory, maybe a temp name; a
+    receiver of one file into OUT.part or .OUT.*.burrow-part beside it)?"""
     try:
         if out.is_file():
             return out.stat().st_size > 0
+        if any(p.stat().st_size > 0 for p in out.parent.glob(f"*{out.name}*part")):
+            return True
         return out.is_dir() and any(p.is_file() and p.stat().st_size > 0 for p in out.rglob("*"))
     except OSError:
         return False

@@ -94,13 +94,14 @@ def test_cli_text_roundtrip_and_wrong_code(wormhole_servers, tmp_path):
     assert r.returncode == 3 and s.returncode == 3
 
 
-def _burrow_file_transfer(servers, tmp_path, code: str, *receive_flags: str) -> tuple[str, str, str]:
+def _burrow_file_transfer(servers, tmp_path, code: str, *receive_flags: str,
+                          send_flags: tuple[str, ...] = ()) -> tuple[str, str, str]:
     """burrow send -> burrow receive of a 300 kB file; returns (its SHA-256, sender's and receiver's stderr)."""
     common = ["--relay-url", servers.relay_url, "--transit-helper", servers.transit_helper, "--hide-progress"]
     src = tmp_path / "payload.bin"
     src.write_bytes(os.urandom(300_000))
     got = tmp_path / f"got-{code}.bin"
-    s = _burrow("send", *common, str(src), "--code", code)
+    s = _burrow("send", *common, *send_flags, str(src), "--code", code)
     r = _burrow("receive", *common, "--accept-file", *receive_flags, "-o", str(got), code, cwd=tmp_path)
     rout, rerr = r.communicate(timeout=60)
     sout, serr = s.communicate(timeout=60)
@@ -117,10 +118,82 @@ def test_cli_burrow_to_burrow_receive_does_not_hash(wormhole_servers, tmp_path):
     assert f"written to {tmp_path / 'got-4323-purple-sausages.bin'}\n" in rerr
 
 
-def test_cli_receive_sha256_flag_hashes_and_the_sender_reports_it(wormhole_servers, tmp_path):
-    digest, serr, rerr = _burrow_file_transfer(wormhole_servers, tmp_path, "4324-purple-sausages", "--sha256")
+@pytest.mark.parametrize("send_flags", [(), ("--classic",)], ids=["dilated", "classic"])
+def test_cli_receive_sha256_flag_hashes_and_the_sender_reports_it(wormhole_servers, tmp_path, send_flags):
+    digest, serr, rerr = _burrow_file_transfer(wormhole_servers, tmp_path, "4324-purple-sausages", "--sha256",
+                                               send_flags=send_flags)
     assert f"the receiver wrote SHA-256 {digest}" in serr
     assert f"(sha256 {digest})" in rerr
+
+
+def test_cli_burrow_to_burrow_default_is_dilated(wormhole_servers, tmp_path):
+    """`burrow send FILE` to a burrow receiver: a Dilated transfer, with a classic transfer's lines and -o."""
+    _, serr, rerr = _burrow_file_transfer(wormhole_servers, tmp_path, "4326-purple-sausages")
+    assert "Sending (Dilation, " in serr and "Receiving (Dilation, " in rerr, (serr, rerr)
+    assert "Transfer complete (Dilation, " in serr and "Connected" not in serr + rerr
+
+
+def test_cli_classic_flag_forces_classic(wormhole_servers, tmp_path):
+    _, serr, rerr = _burrow_file_transfer(wormhole_servers, tmp_path, "4327-purple-sausages",
+                                          send_flags=("--classic",))
+    assert "Dilation" not in serr + rerr and "Sending (direct " in serr and "Receiving (direct " in rerr, (serr, rerr)
+
+
+def test_cli_burrow_to_burrow_directory_with_output_path(wormhole_servers, tmp_path):
+    """A directory over Dilation lands at -o, as a classic (zipped) one does, nested files included."""
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
+              "--hide-progress"]
+    src = tmp_path / "tree"
+    (src / "sub").mkdir(parents=True)
+    files = {"a.bin": os.urandom(70_000), "sub/b.txt": b"nested\n"}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    got = tmp_path / "elsewhere" / "copy"
+    s = _burrow("send", *common, str(src), "--code", "4328-purple-sausages")
+    r = _burrow("receive", *common, "--accept-file", "-o", str(got), "4328-purple-sausages", cwd=tmp_path)
+    _, rerr = r.communicate(timeout=60)
+    _, serr = s.communicate(timeout=60)
+    assert r.returncode == 0 and s.returncode == 0, (rerr, serr)
+    assert "Sending directory 'tree'" in serr and "Sending (Dilation, " in serr
+    assert f"Received directory written to {got}\n" in rerr, rerr
+    for name, data in files.items():
+        assert (got / name).read_bytes() == data
+
+
+def test_cli_existing_target_is_refused_as_in_a_classic_transfer(wormhole_servers, tmp_path):
+    """--accept-file never overwrites: the receiver says so and both sides exit 5 (rejected)."""
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
+              "--hide-progress"]
+    (tmp_path / "payload.bin").write_bytes(b"new")
+    got = tmp_path / "got.bin"
+    got.write_bytes(b"old")
+    s = _burrow("send", *common, str(tmp_path / "payload.bin"), "--code", "4329-purple-sausages")
+    r = _burrow("receive", *common, "--accept-file", "-o", str(got), "4329-purple-sausages", cwd=tmp_path)
+    _, rerr = r.communicate(timeout=60)
+    _, serr = s.communicate(timeout=60)
+    assert r.returncode == 5 and s.returncode == 5, (rerr, serr)
+    assert f"{got} already exists." in rerr and rerr.strip().splitlines()[-1] == (
+        f"burrow receive: error: refusing to overwrite {got}"), rerr
+    assert serr.strip().splitlines()[-1].startswith("burrow send: error: ") and "rejected" in serr, serr
+    assert got.read_bytes() == b"old"
+
+
+def test_cli_dilated_flag_to_magic_wormhole_fails_clearly(wormhole_servers, tmp_path):
+    """--dilated to a receiver that cannot take it: the sender says why and the receiver hears of it."""
+    (tmp_path / "payload.bin").write_bytes(b"x" * 1000)
+    code = "4330-purple-sausages"
+    s = _burrow("send", "--relay-url", wormhole_servers.relay_url, "--transit-helper",
+                wormhole_servers.transit_helper, "--hide-progress", "--dilated", str(tmp_path / "payload.bin"),
+                "--code", code)
+    r = subprocess.Popen([str(Path(sys.executable).parent / "wormhole"), "--relay-url", wormhole_servers.relay_url,
+                          "--transit-helper", wormhole_servers.transit_helper, "receive", "--hide-progress",
+                          "--accept-file", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    rout, _ = r.communicate(timeout=60)
+    _, serr = s.communicate(timeout=60)
+    assert s.returncode == 1 and "cannot receive a Dilated transfer" in serr.strip().splitlines()[-1], serr
+    assert r.returncode != 0 and "Dilated" in rout, rout
+    assert not (tmp_path / "payload.bin.part").exists()
 
 
 def test_cli_magic_wormhole_sender_still_gets_the_sha256(wormhole_servers, tmp_path):

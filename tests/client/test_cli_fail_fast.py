@@ -28,7 +28,8 @@ def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, t
     dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
     (tmp_path / "payload").write_bytes(os.urandom(10_000))
-    s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4500-purple-sausages")
+    # classic Transit (what magic-wormhole and wormhole-william peers get) gives up once every path failed
+    s = burrow("send", *common, "--classic", str(tmp_path / "payload"), "--code", "4500-purple-sausages")
     r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4500-purple-sausages")
     _, rerr = r.communicate(timeout=BOUND)
     _, serr = s.communicate(timeout=BOUND)
@@ -65,7 +66,7 @@ def test_a_side_waiting_at_the_relay_hears_when_the_other_side_gives_up(wormhole
               f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
     (tmp_path / "payload").write_bytes(os.urandom(10_000))
     try:
-        s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4503-purple-sausages")
+        s = burrow("send", *common, "--classic", str(tmp_path / "payload"), "--code", "4503-purple-sausages")
         r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4503-purple-sausages")
         _, rerr = r.communicate(timeout=WELL_UNDER_NEGOTIATION)
         _, serr = s.communicate(timeout=WELL_UNDER_NEGOTIATION)
@@ -137,3 +138,29 @@ def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole
     assert s.returncode == 5, serr
     assert "the receiver was interrupted" in serr.strip().splitlines()[-1], serr
     assert not (tmp_path / "got").is_file() and not (tmp_path / "got" / "payload").exists()  # (dilated: a folder)
+
+
+def burrow_short(*args: str) -> subprocess.Popen:
+    """`burrow` with the wait for a first Dilation connection cut to 3 s."""
+    run = ("import sys, burrow.client.apps.dilated_transfer_cli as d; d.FIRST_CONNECTION_TIMEOUT = 3.0; "
+           "from burrow.client.cli import main; main(sys.argv[1:])")
+    return subprocess.Popen([sys.executable, "-c", run, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def test_a_dilated_transfer_with_no_path_gives_up_in_bounded_time(wormhole_servers, tmp_path):
+    """Dilation itself keeps trying for ever; `burrow send FILE` between burrow peers gives up as a classic
+    transfer does (exit 7, both sides) once FIRST_CONNECTION_TIMEOUT (here shortened) passed without a path."""
+    dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    s = burrow_short("send", *common, str(tmp_path / "payload"), "--code", "4504-purple-sausages")
+    r = burrow_short("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4504-purple-sausages")
+    _, rerr = r.communicate(timeout=BOUND)
+    _, serr = s.communicate(timeout=BOUND)
+    assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
+    for err, side in ((rerr, "receive"), (serr, "send")):
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"burrow {side}: error: ") and "no transit path" in last and "Traceback" not in err, err
+        assert "Dilation" in last, err  # the default between burrow peers, not a classic transfer
+    assert not (tmp_path / "got").exists()

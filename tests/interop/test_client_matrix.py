@@ -44,11 +44,13 @@ def _explain(r: dict) -> str:
 
 
 def _path_word(stderr: str) -> str | None:
-    """'direct' / 'relay' as reported by burrow ('Sending (relay ...)') or magic-wormhole ('->relay:')."""
-    for line in stderr.splitlines():
-        if line.startswith(("Sending (", "Receiving (")):
-            return "relay" if "relay" in line else "direct"
-    return None
+    """'direct' / 'relay' as reported by burrow ('Sending (relay ...)') or magic-wormhole ('->relay:'): the
+    path last reported (a Dilated transfer between burrow peers starts on the relay and moves to a direct path
+    when one works: 'Moved to a direct path (...)', 'Transfer complete (...)')."""
+    said = [line for line in stderr.splitlines()
+            if line.startswith(("Sending (", "Receiving (", "Connected (", "Moved to a direct path (",
+                                "Transfer complete ("))]
+    return None if not said else "relay" if "relay" in said[-1] else "direct"
 
 
 @pytest.mark.parametrize("sc", [s for s in SCENARIOS if s["payload"] != "wrong-code"], ids=lambda s: s["id"])
