@@ -42,6 +42,25 @@ def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, t
     assert not (tmp_path / "got").exists()
 
 
+def test_a_dilated_transfer_with_no_path_fails_at_once_naming_what_was_tried(wormhole_servers, tmp_path):
+    """The default between burrow peers (Dilated): once neither side has anything left to try, both stop, each
+    naming its own attempts and the peer's, instead of waiting out FIRST_CONNECTION_TIMEOUT."""
+    dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4505-purple-sausages")
+    r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4505-purple-sausages")
+    _, rerr = r.communicate(timeout=BOUND)
+    _, serr = s.communicate(timeout=BOUND)
+    assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
+    for err, side, peer in ((rerr, "receive", "sender"), (serr, "send", "receiver")):
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"burrow {side}: error: no transit path works: tried relay 127.0.0.1:"), err
+        assert f"; the {peer} tried relay 127.0.0.1:" in last and "Traceback" not in err, err
+        assert last.lower().count("connection refused") == 2, err
+    assert not (tmp_path / "got").exists()
+
+
 def test_a_side_waiting_at_the_relay_hears_when_the_other_side_gives_up(wormhole_servers, tmp_path):
     # a "relay" that keeps the first connection waiting forever and closes every later one: one side waits
     # there, the other fails at once and must tell it, not leave it waiting out the 60 s negotiation
