@@ -152,36 +152,81 @@ def _size(p: Path) -> int:
     return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
-def _watch_connection(w, role: str, on_status):
-    """(on_status that also notes the first connection, a task that raises TransitError, and tells the peer,
-    when none came within FIRST_CONNECTION_TIMEOUT)."""
-    connected = asyncio.Event()
+class _Watch:
+    """The wait for the first Dilation connection: at most FIRST_CONNECTION_TIMEOUT, and over at once when
+    neither side has a path left. Each side's "no-path" event (runtime.DilationStatus) goes to the peer as
+    `{"no-path": {...}}`; once the two reports mirror each other's hint counts, every hint has been tried on
+    both sides and nothing can connect any more: both give up (exit 7), naming what each tried."""
 
-    def status(s) -> None:
+    def __init__(self, w, role: str, on_status) -> None:
+        self.w, self.role, self._on_status = w, role, on_status
+        self.connected = asyncio.Event()
+        self.ours: tuple | None = None  # (generation, hints sent, hints seen, tried)
+        self.theirs: tuple | None = None
+        self.failed: asyncio.Future = asyncio.get_running_loop().create_future()  # -> the TransitError
+        self.guard = asyncio.ensure_future(self._guard())
+
+    def status(self, s) -> None:
         if s.state == "connected":
-            connected.set()
-        on_status(s)
+            self.connected.set()
+        elif s.state == "no-path" and s.hints is not None:
+            self.ours = (s.generation, *s.hints, s.reason)
+            self.w.send_message(json.dumps({"no-path": {"generation": s.generation, "sent": s.hints[0],
+                                                        "seen": s.hints[1], "tried": s.reason}}).encode())
+            self._compare()
+        self._on_status(s)
 
-    async def guard() -> None:
+    def peer_message(self, msg: dict) -> bool:
+        """Takes the peer's no-path report (True), else leaves `msg` to the caller (False)."""
+        report = msg.get("no-path")
+        if not isinstance(report, dict):
+            return False
         try:
-            await asyncio.wait_for(connected.wait(), FIRST_CONNECTION_TIMEOUT)
-        except TimeoutError:
-            why = f"no Dilation connection within {FIRST_CONNECTION_TIMEOUT:g} s"
-            w.send_message(json.dumps({"error": f"the {role} {NO_PATH} ({why})"}).encode())
-            raise TransitError(f"no transit path works: {why}") from None
+            self.theirs = (int(report["generation"]), int(report["sent"]), int(report["seen"]),
+                           str(report.get("tried", "no path"))[:1000])
+        except (KeyError, TypeError, ValueError):
+            return True
+        self._compare()
+        return True
 
-    return status, asyncio.ensure_future(guard())
+    def fail(self, error: Exception) -> None:
+        if not self.failed.done():
+            self.failed.set_result(error)
+
+    def _compare(self) -> None:
+        if self.ours is None or self.theirs is None or self.connected.is_set():
+            return
+        generation, sent, seen, tried = self.ours
+        if self.theirs[:3] == (generation, seen, sent):
+            peer = "receiver" if self.role == "sender" else "sender"
+            self.fail(TransitError(f"no transit path works: tried {tried}; the {peer} tried {self.theirs[3]}"))
+
+    async def _guard(self) -> None:
+        connected = asyncio.ensure_future(self.connected.wait())
+        try:
+            await asyncio.wait({connected, self.failed}, timeout=FIRST_CONNECTION_TIMEOUT,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            connected.cancel()
+        if self.connected.is_set():
+            return
+        if not self.failed.done():
+            why = f"no Dilation connection within {FIRST_CONNECTION_TIMEOUT:g} s"
+            self.w.send_message(json.dumps({"error": f"the {self.role} {NO_PATH} ({why})"}).encode())
+            self.fail(TransitError(f"no transit path works: {why}"))
+        raise self.failed.result()
 
 
 async def _send(w, args, paths: list[Path], on_status) -> Report:
     """Dilate, offer `paths`, and wait for the receiver; its `{"error": ...}` (Ctrl-C at its question) wins
     over our broken subchannel."""
     progress = _Progress(not args.hide_progress, sum(_size(p) for p in paths))
-    on_status, guard = _watch_connection(w, "sender", on_status)
+    watch = _Watch(w, "sender", on_status)
+    guard = watch.guard
     sending = asyncio.ensure_future(
         send_on(w, paths, parallel=getattr(args, "parallel", 8), listen=not args.no_listen,
-                progress=progress if progress.bar.enabled else None, on_status=on_status))
-    watching = asyncio.ensure_future(_peer_error(w))
+                progress=progress if progress.bar.enabled else None, on_status=watch.status))
+    watching = asyncio.ensure_future(_peer_error(w, watch))
     try:
         while not (sending.done() or watching.done()):  # the guard ends quietly once connected
             await asyncio.wait({sending, watching, *([] if guard.done() else [guard])},
@@ -202,8 +247,9 @@ async def _send(w, args, paths: list[Path], on_status) -> Report:
         progress.bar.finish()
 
 
-async def _peer_error(w) -> str | None:
-    """The peer's `{"error": ...}` mailbox message (a receiver stopped at its question), or None."""
+async def _peer_error(w, watch: _Watch) -> str | None:
+    """The peer's `{"error": ...}` mailbox message (a receiver stopped at its question), or None; its no-path
+    reports go to `watch`."""
     from burrow.client.errors import WormholeError
 
     while True:
@@ -213,6 +259,15 @@ async def _peer_error(w) -> str | None:
             return None
         if isinstance(msg, dict) and "error" in msg:
             return str(msg["error"])
+        if isinstance(msg, dict):
+            watch.peer_message(msg)
+
+
+async def _sender_gave_up(w, watch: _Watch) -> None:
+    """Receiver: the sender's reports; its "found no transit path" ends our wait too."""
+    error = await _peer_error(w, watch)
+    if error is not None and NO_PATH in error:
+        watch.fail(TransitError(f"remote error: {error}"))
 
 
 async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None = None) -> int:
@@ -266,14 +321,15 @@ async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None 
         return dest
 
     status = _FirstConnection("Receiving", held=True)
-    on_status, guard = _watch_connection(w, "receiver", status)
+    watch = _Watch(w, "receiver", status)
+    guard, watching = watch.guard, asyncio.ensure_future(_sender_gave_up(w, watch))
     want = getattr(args, "sha256", False) or sender_needs_sha256(w.peer_versions)
     # receive_on runs in this task, so that Ctrl-C here closes Dilation (telling the sender) before the CLI
     # sends its reason; the guard, when it fires, cancels this task and its error is raised instead
     me = asyncio.current_task()
     guard.add_done_callback(lambda g: me.cancel() if not g.cancelled() and g.exception() is not None else None)
     try:
-        report = await receive_on(w, folder, place=place, listen=not args.no_listen, on_status=on_status,
+        report = await receive_on(w, folder, place=place, listen=not args.no_listen, on_status=watch.status,
                                   progress=progress if progress.bar.enabled else None, sha256=want,
                                   on_text=lambda t: _say(f"peer says: {t}"))
     except asyncio.CancelledError:
@@ -283,6 +339,7 @@ async def receive_dilated(w, args, ask: Callable[[str], Awaitable[bool]] | None 
         raise
     finally:
         guard.cancel()
+        watching.cancel()
         progress.bar.finish()
     if one and report.rejected:
         raise TransferRejected(why[-1] if why else "transfer rejected")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from burrow.client.dilation import upgrade
 from burrow.client.dilation.connection import RecordCodec
@@ -41,6 +42,9 @@ class Generations:
     _loop: asyncio.AbstractEventLoop
     _disco: asyncio.Task | None
     _peer_disco: tuple | None
+    _first_connection: asyncio.Future
+    _on_status: Callable | None
+    _no_path_said: tuple | None = None  # (generation, hints) of the last no-path event
 
     def _start_generation(self, generation: int) -> None:
         self._ensure_role()
@@ -58,6 +62,20 @@ class Generations:
         self._spawn(c.start())
         if self.manager.leader:
             self._gen_timer = self._loop.call_later(self._generation_timeout, self._generation_expired, c)
+
+    def no_path_left(self, c: Connector) -> None:
+        """Before the first connection: tell on_status each time the racing generation has nothing of its own
+        left (a "no-path" event; an app may give up once the peer reports the same, see DilationStatus.hints)."""
+        if c is not self._connector or self._first_connection.done() or self._on_status is None:
+            return
+        hints = (c.hints_sent, c.hints_seen)
+        if (c.generation, hints) == self._no_path_said:
+            return
+        self._no_path_said = (c.generation, hints)
+        from burrow.client.dilation.runtime import DilationStatus  # (runtime.py imports this module)
+
+        tried = ", ".join(c.failures) or "no path"
+        self._on_status(DilationStatus("no-path", c.generation, reason=tried, hints=hints))
 
     def direct_found(self, c: Connector, p: L2Protocol) -> None:
         upgrade.take_direct(self, c, p)

@@ -162,5 +162,9 @@ class L2Protocol(asyncio.BufferedProtocol):
         if self.runtime is not None:
             log.info("dilation connection %s lost: %r", self.attempt.description, exc)
             self.runtime.on_connection_lost(self)
-        elif self.connector.leader:  # one attempt fewer: a waiting candidate may be the choice now
-            self.connector._reconsider()
+        else:
+            if not self.connector.stopped and self.connector.winner is None:
+                self.connector.failures.append(f"{self.attempt.description.replace('tcp:', '')} (closed)")
+            if self.connector.leader:  # one attempt fewer: a waiting candidate may be the choice now
+                self.connector._reconsider()
+            self.connector.check_no_path()

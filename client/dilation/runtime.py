@@ -82,10 +82,15 @@ ACK_DELAY = 0.005
 
 @dataclass(frozen=True)
 class DilationStatus:
-    state: str  # waiting | wanting | connecting | connected | reconnecting | stopped | failed (docs/dilation.md)
+    # waiting | wanting | connecting | connected | reconnecting | stopped | failed, and the no-path event
+    # (docs/dilation.md)
+    state: str
     generation: int
     path: str | None = None  # for "connected": e.g. "direct tcp:10.0.0.5:4711" or "relay tcp:host:4001"
-    reason: str | None = None
+    reason: str | None = None  # for "failed"; for "no-path": what was tried
+    # for "no-path": (connection hints we sent, hints we received) in this generation; when the peer's own no-path
+    # counts mirror these, neither side has anything left to try
+    hints: tuple[int, int] | None = None
 
 
 class Dilation(Generations, SubchannelIO):

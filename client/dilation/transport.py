@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
 
 from ..nat.hints import PortMapper, dial_from, global_v6_addresses, listening_sockets, stun_hint
@@ -51,6 +52,13 @@ def local_addresses() -> list[str]:
     addrs = list(dict.fromkeys(addrs))
     outside = [a for a in addrs if not ipaddress.ip_address(a).is_loopback]
     return outside or ["127.0.0.1"]
+
+
+def failure(e: BaseException) -> str:
+    """A failed dial as a user reads it: "connection refused", not asyncio's "Connect call failed (...)"."""
+    if isinstance(e, OSError) and e.errno:
+        return os.strerror(e.errno).lower()
+    return "no answer" if isinstance(e, TimeoutError) else str(e) or type(e).__name__
 
 
 def _is_ip(host: str) -> bool:
@@ -158,6 +166,26 @@ class Connector:
         self._relay_dials: set[asyncio.Task] = set()  # the relayed ones among them
         self.peer_direct: list[tuple[str, int]] = []  # the peer's direct hints (the Leader's upgrade probes)
         self.keep_listening = False  # Follower: listen on after a relayed win, for the Leader's upgrade probes
+        # what no_path_left() reports: failed dials ("relay 10.0.0.1:4001 (connection refused)") and hint counts
+        self.failures: list[str] = []
+        self.hints_sent = self.hints_seen = 0
+        self._started = False
+
+    def _send_hints(self, hints: list) -> None:
+        self.hints_sent += len(hints)
+        self.runtime.send_hints(hints)
+
+    def no_path_left(self) -> bool:
+        """Nothing of ours could still connect: start() ended, every dial and hint lookup ended, no attempt is
+        alive and no UDP punching runs. Our listeners may still take the peer's dials: whether the peer has
+        anything left is for the two sides to compare (hints_sent / hints_seen)."""
+        return (self._started and not self.stopped and self.winner is None and self._link is None
+                and not self._quic_tasks and all(t.done() for t in self._tasks)
+                and all(p.attempt.state == "failed" or p.closed for p in self.attempts))
+
+    def check_no_path(self) -> None:
+        if self.no_path_left():
+            self.runtime.no_path_left(self)
 
     def _quic_protocol(self, addr) -> L2Protocol | None:
         if self.stopped or self.winner is not None:
@@ -188,6 +216,13 @@ class Connector:
             self.attempts.add(p)
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        finally:
+            self._started = True
+            self.check_no_path()
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         if self.leader:  # an adopted attempt that finished its handshake: a direct candidate now
             for p in [p for p in self.attempts if p.attempt.state == "viable"]:
@@ -213,12 +248,12 @@ class Connector:
                 for s in self._servers:
                     s.close()
                 return
-            self.runtime.send_hints([{"type": "direct-tcp-v1", "priority": 0.0, "hostname": a, "port": port}
+            self._send_hints([{"type": "direct-tcp-v1", "priority": 0.0, "hostname": a, "port": port}
                                   for a in addrs])
             if self._nat is not None and self._listen_port is not None:
                 self._external_hints(port, set(addrs))
         if self._relay is not None and not self.stopped:
-            self.runtime.send_hints([relay_hint(*self._relay)])
+            self._send_hints([relay_hint(*self._relay)])
             self._dial(self._relay[0], self._relay[1], via_relay=True,
                        delay=self._relay_delay if self._direct_known else 0.0)
         link = await self.runtime.disco_link()
@@ -226,11 +261,11 @@ class Connector:
             self._link = link
             if not self.leader:
                 link.accept(self._quic_protocol)
-            self.runtime.send_hints([link.hint()])
+            self._send_hints([link.hint()])
             self._maybe_punch()
         elif link is not None and self.winner is not None and self.winner.runtime is not None and \
                 not self.winner.attempt.quic:
-            self.runtime.send_hints([link.hint()])  # won already (the relay): for the Leader's QUIC rate probes
+            self._send_hints([link.hint()])  # won already (the relay): for the Leader's QUIC rate probes
             self.runtime.know_peer_disco()
 
     def _maybe_punch(self) -> None:
@@ -261,7 +296,7 @@ class Connector:
         async def publish(lookup) -> None:
             hint = await lookup
             if hint is not None and not self.stopped:
-                self.runtime.send_hints([hint])
+                self._send_hints([hint])
 
         nat = self._nat
         if nat.portmap:
@@ -273,9 +308,14 @@ class Connector:
     def _spawn(self, coro) -> None:
         t = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        t.add_done_callback(self._task_ended)
+
+    def _task_ended(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        self.check_no_path()
 
     def use_hints(self, hints: list) -> None:
+        self.hints_seen += len(hints)
         direct, relays = parse_hints(hints)
         for host, port, _ in direct:
             if (host, port) not in self.peer_direct and len(self.peer_direct) < MAX_PROBE_HINTS:
@@ -291,6 +331,7 @@ class Connector:
         for delay, host, port, via_relay in dial_delays(direct, relays, direct_possible=self._direct_known,
                                                         relay_delay=self._relay_delay):
             self._dial(host, port, via_relay=via_relay, delay=delay)
+        self.check_no_path()  # nothing new to dial: the peer's count of our hints may be what we waited for
 
     def _dial(self, host: str, port: int, *, via_relay: bool, delay: float) -> None:
         key = (host, port, via_relay)
@@ -300,8 +341,8 @@ class Connector:
         t = asyncio.get_running_loop().create_task(self._connect(host, port, via_relay, delay))
         self._tasks.add(t)
         self._dials.add(t)
-        t.add_done_callback(self._tasks.discard)
         t.add_done_callback(self._dials.discard)
+        t.add_done_callback(self._task_ended)
         if via_relay:
             self._relay_dials.add(t)
             t.add_done_callback(self._relay_dials.discard)
@@ -328,6 +369,7 @@ class Connector:
                 await asyncio.wait_for(loop.create_connection(factory, host, port), CONNECT_TIMEOUT)
         except (TimeoutError, OSError) as e:
             log.debug("dial %s failed: %s", desc, e)
+            self.failures.append(f"{desc.replace('tcp:', '')} ({failure(e)})")
             if self.leader:
                 self._reconsider()
 

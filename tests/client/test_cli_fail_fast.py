@@ -24,6 +24,28 @@ def burrow(*args: str, **kw) -> subprocess.Popen:
                             text=True, **kw)
 
 
+def holding_relay() -> tuple[socket.socket, list[socket.socket]]:
+    """A "relay" on 127.0.0.1 that keeps the first connection waiting for ever and closes every later one."""
+    relay = socket.socket()
+    relay.bind(("127.0.0.1", 0))
+    relay.listen()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = relay.accept()
+            except OSError:
+                return
+            if held:
+                conn.close()
+            else:
+                held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return relay, held
+
+
 def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, tmp_path):
     dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
@@ -42,26 +64,29 @@ def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, t
     assert not (tmp_path / "got").exists()
 
 
+def test_a_dilated_transfer_with_no_path_fails_at_once_naming_what_was_tried(wormhole_servers, tmp_path):
+    """The default between burrow peers (Dilated): once neither side has anything left to try, both stop, each
+    naming its own attempts and the peer's, instead of waiting out FIRST_CONNECTION_TIMEOUT."""
+    dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4505-purple-sausages")
+    r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4505-purple-sausages")
+    _, rerr = r.communicate(timeout=BOUND)
+    _, serr = s.communicate(timeout=BOUND)
+    assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
+    for err, side, peer in ((rerr, "receive", "sender"), (serr, "send", "receiver")):
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"burrow {side}: error: no transit path works: tried relay 127.0.0.1:"), err
+        assert f"; the {peer} tried relay 127.0.0.1:" in last and "Traceback" not in err, err
+        assert last.lower().count("connection refused") == 2, err
+    assert not (tmp_path / "got").exists()
+
+
 def test_a_side_waiting_at_the_relay_hears_when_the_other_side_gives_up(wormhole_servers, tmp_path):
     # a "relay" that keeps the first connection waiting forever and closes every later one: one side waits
     # there, the other fails at once and must tell it, not leave it waiting out the 60 s negotiation
-    relay = socket.socket()
-    relay.bind(("127.0.0.1", 0))
-    relay.listen()
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = relay.accept()
-            except OSError:
-                return
-            if held:
-                conn.close()
-            else:
-                held.append(conn)
-
-    threading.Thread(target=serve, daemon=True).start()
+    relay, held = holding_relay()
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper",
               f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
     (tmp_path / "payload").write_bytes(os.urandom(10_000))
@@ -150,17 +175,24 @@ def burrow_short(*args: str) -> subprocess.Popen:
 
 def test_a_dilated_transfer_with_no_path_gives_up_in_bounded_time(wormhole_servers, tmp_path):
     """Dilation itself keeps trying for ever; `burrow send FILE` between burrow peers gives up as a classic
-    transfer does (exit 7, both sides) once FIRST_CONNECTION_TIMEOUT (here shortened) passed without a path."""
-    dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
-    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
+    transfer does (exit 7, both sides) once FIRST_CONNECTION_TIMEOUT (here shortened) passed without a path,
+    also while an attempt still hangs: a "relay" holds the first connection and never answers it."""
+    relay, held = holding_relay()
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper",
+              f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
     (tmp_path / "payload").write_bytes(os.urandom(10_000))
-    s = burrow_short("send", *common, str(tmp_path / "payload"), "--code", "4504-purple-sausages")
-    r = burrow_short("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4504-purple-sausages")
-    _, rerr = r.communicate(timeout=BOUND)
-    _, serr = s.communicate(timeout=BOUND)
+    try:
+        s = burrow_short("send", *common, str(tmp_path / "payload"), "--code", "4504-purple-sausages")
+        r = burrow_short("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4504-purple-sausages")
+        _, rerr = r.communicate(timeout=BOUND)
+        _, serr = s.communicate(timeout=BOUND)
+    finally:
+        relay.close()
+        for conn in held:
+            conn.close()
     assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
     for err, side in ((rerr, "receive"), (serr, "send")):
         last = err.strip().splitlines()[-1]
         assert last.startswith(f"burrow {side}: error: ") and "no transit path" in last and "Traceback" not in err, err
-        assert "Dilation" in last, err  # the default between burrow peers, not a classic transfer
+        assert "no Dilation connection within 3 s" in last, err  # one side's own bound, the other told of it
     assert not (tmp_path / "got").exists()

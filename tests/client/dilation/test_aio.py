@@ -341,3 +341,36 @@ async def test_peer_close_is_stopped_not_reconnecting(wormhole_servers, listen):
     assert [s.state for s in sb[seen:]] == ["stopped"]
     assert db.counters["connections"] == connections
     await close()
+
+
+async def test_no_path_events_mirror_each_other_when_nothing_can_connect(wormhole_servers):
+    """A dead relay and no listeners: each side reports `no-path` with what it tried and its hint counts, the two
+    reports mirror each other (what one sent, the other saw), and Dilation itself keeps its state."""
+    from harness.ports import free_port
+
+    dead = f"tcp:127.0.0.1:{free_port()}"
+    a = Wormhole(wormhole_servers.relay_url, transit_helper=dead, dilation=True)
+    b = Wormhole(wormhole_servers.relay_url, transit_helper=dead, dilation=True)
+    await a.open()
+    await b.open()
+    try:
+        a.allocate_code()
+        b.set_code(await a.get_code())
+        seen: tuple[list, list] = ([], [])
+        da, db = await asyncio.gather(*(w.dilate(listen=False, on_status=st.append) for w, st in zip((a, b), seen,
+                                                                                                     strict=True)))
+
+        def mirrored() -> bool:
+            last = [[s for s in st if s.state == "no-path"][-1:] for st in seen]
+            return all(last) and last[0][0].hints == last[1][0].hints[::-1]
+
+        async with asyncio.timeout(30):
+            while not mirrored():
+                await asyncio.sleep(0.05)
+        for st in seen:
+            report = [s for s in st if s.state == "no-path"][-1]
+            assert report.reason == f"relay {dead[4:]} (connection refused)" and report.hints == (1, 1)
+        assert da.status.state == db.status.state == "connecting"
+        await asyncio.gather(da.close(timeout=1), db.close(timeout=1))
+    finally:
+        await asyncio.gather(a.close(), b.close(), return_exceptions=True)
