@@ -54,7 +54,10 @@ def test_selector_waits_out_the_window_within_the_loop_timeout():
         b.close()
 
 
-def test_adaptive_selector_holds_only_after_dense_passes_and_for_the_rate_seen():
+@contextlib.contextmanager
+def adaptive_selector():
+    """An adaptive selector with a 3 ms window on a fake clock, counting `forwarded[0]`, and a socket of
+    it readable."""
     clock = FakeClock()
     forwarded = [0]
     a, b = socket.socketpair()
@@ -63,6 +66,15 @@ def test_adaptive_selector_holds_only_after_dense_passes_and_for_the_rate_seen()
     try:
         sel.register(a, 1)  # EVENT_READ
         b.send(b"x")
+        yield sel, clock, forwarded
+    finally:
+        sel.close()
+        a.close()
+        b.close()
+
+
+def test_adaptive_selector_holds_only_after_dense_passes_and_for_the_rate_seen():
+    with adaptive_selector() as (sel, clock, forwarded):
         for _ in range(3):                                 # sparse: fewer than DENSE_PACKETS per pass
             assert sel.select(None)
             forwarded[0] += DENSE_PACKETS - 1
@@ -85,24 +97,13 @@ def test_adaptive_selector_holds_only_after_dense_passes_and_for_the_rate_seen()
         sel.packets = None                                 # not attached to a relay: never holds
         forwarded[0] += 10 * TARGET_PACKETS
         assert sel.select(None) and sel.holds == 2
-    finally:
-        sel.close()
-        a.close()
-        b.close()
 
 
 def test_a_pass_after_a_hold_polls_once_within_the_window():
     """Data that arrives while a held pass runs waits for the next wake-up: the loop's polls without
     blocking (its flush is ready) get nothing until the pass has run for the window; a pass that followed
     no hold polls as asked."""
-    clock = FakeClock()
-    forwarded = [0]
-    a, b = socket.socketpair()
-    sel = CoalescingSelector(0.003, clock=clock, sleep=clock.sleep, adaptive=True)
-    sel.packets = lambda: forwarded[0]
-    try:
-        sel.register(a, 1)  # EVENT_READ
-        b.send(b"x")
+    with adaptive_selector() as (sel, clock, forwarded):
         assert sel.select(None)                            # a sparse pass: not held
         assert sel.select(0) and sel.deferred == 0         # its polls without blocking see the data
         forwarded[0] += DENSE_PACKETS
@@ -112,10 +113,6 @@ def test_a_pass_after_a_hold_polls_once_within_the_window():
         assert sel.select(0) == [] and sel.select(0.0) == [] and sel.deferred == 2  # readable, not polled
         clock.now += 0.002                                 # the pass has run for the window
         assert sel.select(0) and sel.deferred == 2
-    finally:
-        sel.close()
-        a.close()
-        b.close()
 
 
 def test_window_is_bounded():
