@@ -195,6 +195,9 @@ class ServerConnection:
         batch: dict | None = None
         run: type = Forwarded
         batched = run_at = 0
+        # the Sends run and receiver of the last SendPacket: the next one to the same receiver goes straight on
+        last_batch: dict | None = {}
+        last_dst, last_frames = b"", []
         try:
             while n - pos >= hdr:
                 ftype, length = unpack(buf, pos)
@@ -224,6 +227,11 @@ class ServerConnection:
                             heads.clear()
                         head = heads[length] = pack(f.RECV_PACKET, length) + src
                     frame = head + view[body + key:end]
+                    if batch is last_batch and buf.startswith(last_dst, body):  # same run and receiver
+                        last_frames.append(frame)
+                        batched += 1
+                        pos = end
+                        continue
                     dst, kind = bytes(view[body:body + key]), Sends
                 elif ftype == FORWARD:  # the mesh's hot path
                     if length < 2 * key:
@@ -266,6 +274,8 @@ class ServerConnection:
                     else:
                         frames.append(frame)
                     batched += 1
+                if kind is Sends:
+                    last_batch, last_dst, last_frames = batch, dst, batch[dst]
                 pos = end
         finally:
             view.release()
