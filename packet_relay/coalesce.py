@@ -13,6 +13,12 @@ a packet that arrives during the hold waits for it.
 - a fixed window (`--wake-coalesce-us W`): every wake-up with events is followed by a hold to W.
 - `--wake-coalesce-us 0`: asyncio's own loop, never held.
 
+A pass that follows a hold polls once: while it runs the loop asks again without blocking (its own
+callbacks, the flush of what it read, are ready), and answering would read each sender again and flush
+again for the few packets that arrived meanwhile, the per-wake-up cost once more. Those polls are answered
+with nothing until the pass has run for the window; what arrived waits for the next wake-up, as it would
+have had it arrived just before this pass polled.
+
 Nothing else changes: every socket is still read in full each pass, queues and their bounds are the same.
 """
 
@@ -44,18 +50,24 @@ class CoalescingSelector(selectors.DefaultSelector):
         self.adaptive = adaptive
         self.packets: Callable[[], int] | None = None
         self.holds = 0  # polls delayed
+        self.deferred = 0  # polls without blocking answered with nothing in a pass that followed a hold
         self._clock = clock
         self._sleep = sleep
         self._not_before = 0.0
         self._woke = 0.0  # when the last poll that could block returned: the start of the current pass
+        self._held = False  # whether the current pass followed a hold
         self._cycle_start = 0.0  # when the previous pass ended (the loop was about to block), and
         self._cycle_count = 0  # the forwarded total then
 
     def select(self, timeout: float | None = None):
         if timeout is not None and timeout <= 0:
+            if self._held and self._clock() < self._woke + self.window:
+                self.deferred += 1
+                return []
             ready = super().select(timeout)
         else:
             wait = (self._adaptive_until() if self.adaptive else self._not_before) - self._clock()
+            self._held = wait > 0
             if wait > 0:
                 if timeout is not None:
                     wait = min(wait, timeout)

@@ -311,14 +311,16 @@ class RelayConn(Peer):
             self._schedule_flush()
 
     def deliver_frames_queued(self, frames: list[bytes]) -> None:
-        """Ready RecvPacket frames from one sender's read, queued as deliver() queues one packet."""
+        """Ready RecvPacket frames from one sender's read, queued as deliver() queues one packet (all at
+        once when they fit)."""
         queue = self.queue
-        push = queue.push_packet
-        for frame in frames:
-            if not self.paused and queue.full():
-                self.flush()
-            if push(frame, len(frame) - _RECV_OVERHEAD):
-                self._drop("queue_head")
+        if not queue.push_packets(frames, _RECV_OVERHEAD):
+            push = queue.push_packet
+            for frame in frames:
+                if not self.paused and queue.full():
+                    self.flush()
+                if push(frame, len(frame) - _RECV_OVERHEAD):
+                    self._drop("queue_head")
         if not self.flush_pending:
             self._schedule_flush()
 

@@ -40,6 +40,17 @@ class SendQueue:
         q.append((frame, payload_len))
         return dropped
 
+    def push_packets(self, frames: list[bytes], overhead: int) -> bool:
+        """Queue packet frames (payload: each frame's length less `overhead`) when all of them fit without
+        a drop, in one step rather than one call per packet; returns False, queueing nothing, otherwise."""
+        q = self._packets
+        if q is None:
+            q = self._packets = deque()
+        if len(q) + len(frames) > self.depth:
+            return False
+        q.extend(zip(frames, map(overhead.__rsub__, map(len, frames)), strict=True))
+        return True
+
     def push_control(self, frame: bytes) -> bool:
         """Queue a control frame; returns False (and drops it) when the control list is full."""
         c = self._control

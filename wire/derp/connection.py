@@ -28,6 +28,8 @@ from .handshake import (
     public_key,
 )
 
+_MAX_HEADS = 64  # RecvPacket headers kept per connection, one per payload length seen (a tunnel uses a few)
+
 
 class ByteRate(Protocol):
     """The per-connection byte budget the server passes in (common.limits.TokenBucket has this shape)."""
@@ -94,7 +96,7 @@ class Connected:
 class ServerConnection:
     __slots__ = ("server_private", "server_public", "state", "deadline", "decoder", "client_key",
                  "max_frame_len", "rate", "unknown_frames", "mesh_extensions", "recv_frames", "send_frames",
-                 "forward_batch", "_error")
+                 "forward_batch", "_error", "_recv_heads")
 
     def __init__(self, server_private: bytes, now: float, *, handshake_timeout: float = 10.0,
                  max_frame_len: int = f.MAX_PACKET_SIZE + 2 * f.KEY_LEN,
@@ -113,6 +115,7 @@ class ServerConnection:
         self.recv_frames = False      # set for a peer relay: ForwardPackets come as Forwarded RecvPacket frames
         self.send_frames = False      # SendPackets come as Sends of RecvPacket frames rather than one by one
         self.forward_batch = False    # set for a peer relay told (ServerInfo) that it may send ForwardBatch
+        self._recv_heads: dict[int, bytes] = {}  # see _frames
         self._error: f.ProtocolError | None = None
 
     def greeting(self) -> bytes:
@@ -186,10 +189,15 @@ class ServerConnection:
         view = memoryview(buf)
         recv_frames, join, pack = self.recv_frames, b"".join, f._HEADER.pack
         send_frames, src = self.send_frames, self.client_key
+        SEND, FORWARD = f.SEND_PACKET, f.FORWARD_PACKET  # noqa: N806 (locals: this loop runs per packet)
+        heads = self._recv_heads  # payload length -> RecvPacket header + our key: packet sizes repeat
         # the open run of ForwardPackets (Forwarded) or SendPackets (Sends): its frames, whose event goes at run_at
         batch: dict | None = None
         run: type = Forwarded
         batched = run_at = 0
+        # the Sends run and receiver of the last SendPacket: the next one to the same receiver goes straight on
+        last_batch: dict | None = {}
+        last_dst, last_frames = b"", []
         try:
             while n - pos >= hdr:
                 ftype, length = unpack(buf, pos)
@@ -203,7 +211,7 @@ class ServerConnection:
                     if not rate.take(cost, now):
                         append(Throttled(max((cost - rate.tokens) / rate.rate, 0.001)))
                         break
-                if ftype == f.SEND_PACKET:  # the hot path
+                if ftype == SEND:  # the hot path
                     if length < key:
                         raise f.MalformedFrame("SendPacket: shorter than a key")
                     if not send_frames:
@@ -213,9 +221,19 @@ class ServerConnection:
                         pos = end
                         continue
                     # our key + payload under a RecvPacket header: the payload is copied once
-                    frame = join((pack(f.RECV_PACKET, length), src, view[body + key:end]))
+                    head = heads.get(length)
+                    if head is None:
+                        if len(heads) >= _MAX_HEADS:
+                            heads.clear()
+                        head = heads[length] = pack(f.RECV_PACKET, length) + src
+                    frame = head + view[body + key:end]
+                    if batch is last_batch and buf.startswith(last_dst, body):  # same run and receiver
+                        last_frames.append(frame)
+                        batched += 1
+                        pos = end
+                        continue
                     dst, kind = bytes(view[body:body + key]), Sends
-                elif ftype == f.FORWARD_PACKET:  # the mesh's hot path
+                elif ftype == FORWARD:  # the mesh's hot path
                     if length < 2 * key:
                         raise f.MalformedFrame("ForwardPacket: shorter than two keys")
                     if not recv_frames:
@@ -256,6 +274,8 @@ class ServerConnection:
                     else:
                         frames.append(frame)
                     batched += 1
+                if kind is Sends:
+                    last_batch, last_dst, last_frames = batch, dst, batch[dst]
                 pos = end
         finally:
             view.release()

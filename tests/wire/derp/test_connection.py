@@ -192,6 +192,19 @@ def test_sends_are_the_recv_packets_byte_for_byte_grouped_per_destination_in_ord
     assert events[forwarded].frames == {a: [f.RecvPacket(fwd.src, fwd.payload).encode()]}
 
 
+
+def test_sends_stay_exact_for_many_packet_sizes_and_the_header_cache_stays_bounded():
+    """The RecvPacket header (with the client's key) is kept per payload length; 300 different lengths
+    still give the exact frames, and the kept headers stay bounded."""
+    server, client = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
+    handshake(server, client)
+    server.send_frames = True
+    me, a = public_key(CLIENT), b"\xaa" * 32
+    packets = [(a, bytes([n % 251]) * n) for n in (*range(300), *range(300))]
+    events = server.receive_data(b"".join(client.send_packet(d, p) for d, p in packets), 1.0)
+    assert merged(events) == recv_frames_per_destination((dst, me, payload) for dst, payload in packets)
+    assert len(server._recv_heads) <= 64
+
 def batch_server() -> ServerConnection:
     server, client = ServerConnection(SERVER, 0.0), ClientConnection(CLIENT)
     handshake(server, client)
