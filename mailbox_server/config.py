@@ -30,6 +30,9 @@ class MailboxConfig:
                                       "client reconnects later", "s")
     drain_timeout: float = setting(10.0, "on SIGTERM: stop accepting, ask every client to reconnect "
                                          "(close code 1012), and exit once they are gone or after this", "s")
+    drain_quiet: float = setting(0.25, "while draining, a client is asked to reconnect once nothing has "
+                                       "crossed its connection for this long (all are asked by half the "
+                                       "drain timeout): one just sent a message is likely answering it", "s")
     event_log: str | None = setting(None, "append JSON-lines usage events to this file")
     admin_host: str = setting("127.0.0.1", "address of the metrics/health HTTP server")
     admin_port: int = setting(9400, "port of /metrics /healthz /readyz (0 = any free port)", off=-1)

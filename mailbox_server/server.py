@@ -8,8 +8,8 @@ writes the outbox; Redis answers arrive already accepted, so there one callback 
 event loop writes it.
 
 On SIGTERM the server drains: /readyz fails, the listener closes, requests in flight finish, every client
-is asked to reconnect (close code 1012, which magic-wormhole answers by reconnecting, through a load
-balancer to another replica), and the process exits once they are gone or after --drain-timeout.
+is asked to reconnect once its connection is quiet (close code 1012, which magic-wormhole answers by
+reconnecting, through a load balancer to another replica), and the process exits once they are gone or after --drain-timeout.
 """
 
 from __future__ import annotations
@@ -120,8 +120,7 @@ class MailboxServer:
             await self._drain()
             await asyncio.sleep(0.01)
         await self._drain()
-        for conn in list(self.conns.values()):
-            conn.drop("shutdown", "server restarting, reconnect", code=RECONNECT)
+        await self._ask_to_reconnect(time.monotonic() + max(0.0, self.config.drain_timeout) / 2)
         while self.conns and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for conn in list(self.conns.values()):
@@ -135,6 +134,23 @@ class MailboxServer:
             await self._admin.stop()
         await self.store.close()
         self.events.close()
+
+    async def _ask_to_reconnect(self, latest: float) -> None:
+        """Close each client with 1012 once its connection has been quiet for --drain-quiet, everyone by
+        `latest`. A client that was just sent a message (a peer's, fanned out from another replica) is
+        likely answering it, and some clients (magic-wormhole 0.24) fail instead of reconnecting when
+        that answer meets the close frame."""
+        quiet = max(0.0, self.config.drain_quiet)
+        asked: set[WSConnection] = set()
+        while True:
+            now = time.monotonic()
+            for conn in list(self.conns.values()):
+                if conn not in asked and (now >= latest or now - max(conn.last_rx, conn.last_tx) >= quiet):
+                    asked.add(conn)
+                    conn.drop("shutdown", "server restarting, reconnect", code=RECONNECT)
+            if now >= latest or all(conn in asked for conn in self.conns.values()):
+                return
+            await asyncio.sleep(min(0.05, quiet))
 
     async def _drain(self) -> None:
         for _ in range(3):

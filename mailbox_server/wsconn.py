@@ -95,6 +95,7 @@ class WSConnection(asyncio.Protocol):
         self.ip = ""
         self.cap_ip: str | None = None  # key held in the connection caps
         self.last_rx = time.monotonic()
+        self.last_tx = 0.0  # monotonic time of the last write (a draining server waits for quiet)
         self.close_reason = "client"
         self.fragments: list[bytes] = []
         # Frame fast path: on once the upgrade left websockets with no buffered bytes; `rx` holds the
@@ -288,6 +289,7 @@ class WSConnection(asyncio.Protocol):
         if not data or t is None or t.is_closing():
             return
         t.write(data)
+        self.last_tx = time.monotonic()
         if t.get_write_buffer_size() > self.host.max_write_buffer:
             self.host.count_refusal("write_buffer")
             self.close_reason = "limit"

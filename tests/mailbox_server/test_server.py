@@ -341,6 +341,32 @@ async def test_a_handshake_finished_during_the_drain_is_sent_away_at_once(tmp_pa
     await asyncio.wait_for(stopping, 15)
 
 
+async def test_the_drain_asks_a_client_to_reconnect_only_once_its_connection_is_quiet(tmp_path):
+    """A client still talking during the drain keeps its connection (a peer's message it was just sent is
+    likely being answered); a quiet one is asked at once; both get 1012."""
+    srv = MailboxServer(make_config(tmp_path, drain_timeout=30.0, drain_quiet=2.0))
+    await srv.start()
+    stopping = None
+    try:
+        async with connect(f"ws://127.0.0.1:{srv.port}/v1") as talker, \
+                connect(f"ws://127.0.0.1:{srv.port}/v1") as quiet:
+            for ws, side in ((talker, "t"), (quiet, "q")):
+                await recv(ws)
+                await call(ws, type="bind", appid="app", side=side)
+            stopping = asyncio.create_task(srv.stop())
+            quiet_closed = asyncio.create_task(quiet.wait_closed())
+            for n in range(40):  # 4 s of talk, never 2 s quiet: a close frame would make a send raise
+                await talker.send(json.dumps({"type": "ping", "ping": n}))
+                await asyncio.sleep(0.1)
+            assert quiet_closed.done() and quiet.close_code == 1012  # asked while the other still talked
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    await asyncio.wait_for(talker.recv(), 15)
+            assert talker.close_code == 1012
+    finally:
+        await asyncio.wait_for(stopping or srv.stop(), 30)
+
+
 class CountingTransport:
     """A connection's real transport, its writes recorded (uvloop's transports cannot be patched)."""
 
