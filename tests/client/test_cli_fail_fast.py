@@ -18,9 +18,15 @@ BOUND = 60  # seconds: well under the 120 s the transit race may take when somet
 WELL_UNDER_NEGOTIATION = 40  # seconds: less than the 60 s a relay connection may wait for its partner
 
 
+# Ctrl-C reaches a foreground program whose SIGINT is at its default; a test run started in the
+# background by a shell without job control inherits SIGINT ignored, so the child restores it first.
+INTERRUPTIBLE = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                 "runpy.run_module('burrow.client.cli', run_name='__main__')")
+
+
 def burrow(*args: str, **kw) -> subprocess.Popen:
     kw.setdefault("stdout", subprocess.PIPE)
-    return subprocess.Popen([sys.executable, "-m", "burrow.client.cli", *args], stderr=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, *args], stderr=subprocess.PIPE,
                             text=True, **kw)
 
 
