@@ -52,6 +52,25 @@ def holding_relay() -> tuple[socket.socket, list[socket.socket]]:
     return relay, held
 
 
+def transfer_at_holding_relay(servers, tmp_path, start, code: str, timeout: float, *send_flags: str):
+    """A send and a receive (both --no-listen) whose only transit helper is a holding_relay(); returns
+    (receiver, sender, receiver's stderr, sender's stderr) once both have exited."""
+    relay, held = holding_relay()
+    common = ["--relay-url", servers.relay_url, "--transit-helper", f"tcp:127.0.0.1:{relay.getsockname()[1]}",
+              "--no-listen", "--hide-progress"]
+    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    try:
+        s = start("send", *common, *send_flags, str(tmp_path / "payload"), "--code", code)
+        r = start("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), code)
+        _, rerr = r.communicate(timeout=timeout)
+        _, serr = s.communicate(timeout=timeout)
+    finally:
+        relay.close()
+        for conn in held:
+            conn.close()
+    return r, s, rerr, serr
+
+
 def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, tmp_path):
     dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
@@ -92,19 +111,8 @@ def test_a_dilated_transfer_with_no_path_fails_at_once_naming_what_was_tried(wor
 def test_a_side_waiting_at_the_relay_hears_when_the_other_side_gives_up(wormhole_servers, tmp_path):
     # a "relay" that keeps the first connection waiting forever and closes every later one: one side waits
     # there, the other fails at once and must tell it, not leave it waiting out the 60 s negotiation
-    relay, held = holding_relay()
-    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper",
-              f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
-    (tmp_path / "payload").write_bytes(os.urandom(10_000))
-    try:
-        s = burrow("send", *common, "--classic", str(tmp_path / "payload"), "--code", "4503-purple-sausages")
-        r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4503-purple-sausages")
-        _, rerr = r.communicate(timeout=WELL_UNDER_NEGOTIATION)
-        _, serr = s.communicate(timeout=WELL_UNDER_NEGOTIATION)
-    finally:
-        relay.close()
-        for conn in held:
-            conn.close()
+    r, s, rerr, serr = transfer_at_holding_relay(wormhole_servers, tmp_path, burrow, "4503-purple-sausages",
+                                                 WELL_UNDER_NEGOTIATION, "--classic")
     assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
     assert "found no transit path" in rerr + serr and "Traceback" not in rerr + serr
 
@@ -183,19 +191,8 @@ def test_a_dilated_transfer_with_no_path_gives_up_in_bounded_time(wormhole_serve
     """Dilation itself keeps trying for ever; `burrow send FILE` between burrow peers gives up as a classic
     transfer does (exit 7, both sides) once FIRST_CONNECTION_TIMEOUT (here shortened) passed without a path,
     also while an attempt still hangs: a "relay" holds the first connection and never answers it."""
-    relay, held = holding_relay()
-    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper",
-              f"tcp:127.0.0.1:{relay.getsockname()[1]}", "--no-listen", "--hide-progress"]
-    (tmp_path / "payload").write_bytes(os.urandom(10_000))
-    try:
-        s = burrow_short("send", *common, str(tmp_path / "payload"), "--code", "4504-purple-sausages")
-        r = burrow_short("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4504-purple-sausages")
-        _, rerr = r.communicate(timeout=BOUND)
-        _, serr = s.communicate(timeout=BOUND)
-    finally:
-        relay.close()
-        for conn in held:
-            conn.close()
+    r, s, rerr, serr = transfer_at_holding_relay(wormhole_servers, tmp_path, burrow_short, "4504-purple-sausages",
+                                                 BOUND)
     assert r.returncode == 7 and s.returncode == 7, (rerr, serr)
     for err, side in ((rerr, "receive"), (serr, "send")):
         last = err.strip().splitlines()[-1]
