@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from burrow.client.apps.progress import ProgressBar, human
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def nat_options(args: argparse.Namespace):
     """The client.nat options the CLI flags ask for (None with --no-listen: nothing to advertise)."""
-    from .nat.hints import NatOptions, parse_stun_server
+    from .nat.options import NatOptions, parse_stun_server
 
     if getattr(args, "no_listen", False):
         return None
@@ -155,6 +156,37 @@ def _on_welcome(relay_url: str):
         if "motd" in welcome:
             _say(f"Server (at {relay_url}) says:\n {welcome['motd']}")
     return cb
+
+
+class _Ahead:
+    """Work done before it is known to be needed: listening for transit and looking up our NAT's address (for a
+    classic file) and loading Dilation (for a burrow peer's file). It costs about 0.07 CPU-s, which a text, or
+    a small file sent inside its message, never uses; so where a file may not need it, it starts only when
+    this side would wait anyway: while the user types the code, or once the peer has kept us waiting for
+    IDLE seconds. `start()` returns the early_transit() future (or None)."""
+
+    IDLE = 0.1
+
+    def __init__(self, start: Callable[[], asyncio.Future | None]):
+        self._start = start
+        self._timer: asyncio.TimerHandle | None = None
+        self._started = False
+        self.early: asyncio.Future | None = None
+
+    def now(self) -> None:
+        self.not_needed()
+        if not self._started:
+            self._started = True
+            self.early = self._start()
+
+    def when_idle(self) -> None:
+        if not self._started:
+            self._timer = asyncio.get_running_loop().call_later(self.IDLE, self.now)
+
+    def not_needed(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 _asking: set[Wormhole] = set()  # wormholes whose user is being asked (y/N) right now
@@ -231,44 +263,65 @@ async def cmd_send(args: argparse.Namespace) -> int:
         can_receive_dilated,
         dilated_sender_versions,
         prepare_dilated_transfer,
+        takes_inline,
     )
 
     # A FILE/DIR offers Dilation too: a burrow receiver takes it (first byte over the relay at once, a direct
-    # path later, without loss); other receivers ignore the offer and get the classic transfer below.
+    # path later, without loss); other receivers ignore the offer and get the classic transfer below. A small
+    # file also offers to travel inside its offer message (apps/inline.py), which a burrow receiver takes.
     dilate = path is not None and not args.classic
-    w = _wormhole(args, dilation=dilate, app_versions=dilated_sender_versions(1) if dilate
-                  else CLASSIC_SENDER_APP_VERSIONS)  # the receiver's SHA-256: only if it wants
-    early = None
-    if dilate:
-        asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)
-    if path is not None:  # load transit, listen and look up our NAT's address beside the code exchange
-        warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
-        early = asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
+    small = None
+    if dilate and not args.dilated:
+        from burrow.client.apps.inline import read_small
+
+        small = read_small(path)
+    w = _wormhole(args, dilation=dilate, app_versions=dilated_sender_versions(
+        1, inline=None if small is None else len(small)) if dilate else CLASSIC_SENDER_APP_VERSIONS)
+
+    def prepare() -> asyncio.Future | None:  # load transit, listen and look up our NAT's address
+        loop = asyncio.get_running_loop()
+        if dilate:
+            loop.run_in_executor(None, prepare_dilated_transfer)
+        warming = loop.run_in_executor(None, prepare_transit)
+        return asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
+
+    ahead = _Ahead(prepare)
+    if path is not None and small is None:
+        ahead.now()  # a file that needs transit or Dilation: prepare beside the code exchange
     try:
         await w.open()
         if args.code:
             w.set_code(args.code)
         else:
             w.allocate_code(args.code_length)
+        if path is not None:
+            ahead.when_idle()
         code = await w.get_code()
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
              f"{peer_command(args, 'receive', *(['--verify'] if args.verify else []), code)}\n")
         verifier = await w.get_verifier()
+        ahead.not_needed()
         if args.verify:
             if not await ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
                 w.send_message(b'{"error": "sender rejected verification check, abandoned transfer"}')
                 raise errors.TransferRejected("verification rejected, abandoned transfer")
+        peer = await w.get_peer_versions() if path is not None else None
         if text is not None:
             await send_text(w, text)
             _say("text message sent")
-        elif dilate and can_receive_dilated(await w.get_peer_versions()):
-            await discard_transit(early)
+        elif small is not None and takes_inline(peer, len(small)):
+            from burrow.client.apps.inline import send_inline
+
+            _say(f"Sending file {path.name!r}")
+            desc = await send_inline(w, path.name, small)
+            _say(f"Transfer complete ({desc}).")
+        elif dilate and can_receive_dilated(peer):
+            await discard_transit(ahead.early)
             from burrow.client.apps.dilated_transfer_cli import send_one_dilated
 
             return await send_one_dilated(w, args, path)
         else:
-            assert early is not None
-            transit = await take_transit(early)
+            transit = await take_transit(ahead.early) if ahead.early is not None else None
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
             bar = ProgressBar(enabled=False if args.hide_progress else None)
             confirmed = []
@@ -283,33 +336,43 @@ async def cmd_send(args: argparse.Namespace) -> int:
         await w.close()
         return EXIT_OK
     finally:
-        await discard_transit(early)
+        ahead.not_needed()
+        await discard_transit(ahead.early)
         await _close_quietly(w)
 
 
 async def cmd_receive(args: argparse.Namespace) -> int:
     from burrow.client.apps.transfer_versions import (
         RECEIVER_WORMHOLE_KWARGS,
+        inline_sender,
         is_dilated_sender,
         prepare_dilated_transfer,
     )
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
-    # a classic sender's file needs transit: listen and look up our NAT's address beside the code exchange
-    # (for a text or a Dilated sender it is closed unused). Loaded here rather than in a thread: the lookup's
-    # wait starts sooner, and a typed-in-advance code makes the key exchange short.
-    prepare_transit()
-    early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
-    asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)  # a burrow sender dilates
+
+    def prepare() -> asyncio.Future:
+        # a classic sender's file needs transit: listen and look up our NAT's address beside the code exchange
+        # (for a text or a Dilated sender it is closed unused); a burrow sender's file needs Dilation.
+        prepare_transit()
+        early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
+        asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)
+        return early
+
+    ahead = _Ahead(prepare)
     try:
         await w.open()
+        if not args.code:
+            ahead.now()  # the user is about to type the code
         code = args.code or await _read_code(w)
         w.set_code(code)
+        ahead.when_idle()
         verifier = await w.get_verifier()
+        ahead.not_needed()
         if args.verify:
             _say(f"Verifier {verifier.hex()}.")
-        if is_dilated_sender(w.peer_versions):
+        if is_dilated_sender(w.peer_versions) and not inline_sender(w.peer_versions):
             from burrow.client.apps.dilated_transfer_cli import receive_dilated
 
             return await receive_dilated(w, args, lambda prompt: _ask_peer(w, prompt))
@@ -326,13 +389,19 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                 return True
             return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
+        early = ahead.early
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
-                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await take_transit(early),
-                              sha256=args.sha256)
-        try:
-            got: Received = await receive(w, opts)
-        finally:
-            bar.finish()
+                              on_connected=lambda d: _say(f"Receiving ({d})..."),
+                              transit=await take_transit(early) if early is not None else None, sha256=args.sha256)
+        if inline_sender(w.peer_versions):
+            from burrow.client.apps.inline import receive_inline
+
+            got: Received = await receive_inline(w, opts)
+        else:
+            try:
+                got = await receive(w, opts)
+            finally:
+                bar.finish()
         if got.offer.kind == "text":
             print(text_of(got), flush=True)
         else:
@@ -343,7 +412,8 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         _interrupted_at_question(w)
         raise
     finally:
-        await discard_transit(early)
+        ahead.not_needed()
+        await discard_transit(ahead.early)
         await _close_quietly(w)
 
 

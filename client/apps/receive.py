@@ -163,10 +163,9 @@ async def receive(w: Wormhole, opts: ReceiveOptions | None = None) -> Received:
             await transit.close()
 
 
-async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: ReceiveOptions) -> Received:
-    from burrow.client.apps.transfer_versions import sender_needs_sha256
-    from burrow.client.transit.protocol import ack_record
-
+async def accept_offer(w: Wormhole, offer: Offer, opts: ReceiveOptions) -> tuple[Path, bool]:
+    """The safety checks and the user's yes before any byte of a file or directory lands: returns the target
+    and whether it exists (the user agreed to overwrite). A refusal is told to the sender and raised."""
     dest = opts.output if opts.output is not None else Path.cwd() / safe_name(offer.name)
     dest = dest.absolute()
     exists = dest.exists() or dest.is_symlink()
@@ -187,21 +186,39 @@ async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: Recei
     except OSError as e:  # cannot create the target's folder: tell the sender rather than leave it waiting
         _send(w, {"error": f"transfer rejected: the receiver cannot write there ({e.strerror or e})"})
         raise
+    return dest, exists
+
+
+def place(tmp: Path, dest: Path, exists: bool) -> None:
+    """Move a complete file from its temporary name to `dest`."""
+    if exists:
+        os.replace(tmp, dest)  # the user agreed to overwrite
+    else:
+        os.link(tmp, dest)  # fails rather than clobber a file that appeared meanwhile
+
+
+def temporary_beside(dest: Path) -> tuple[int, Path]:
+    fd, tmpname = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".burrow-part", dir=dest.parent)
+    return fd, Path(tmpname)
+
+
+async def _receive_data(w: Wormhole, transit: Transit, offer: Offer, opts: ReceiveOptions) -> Received:
+    from burrow.client.apps.transfer_versions import sender_needs_sha256
+    from burrow.client.transit.protocol import ack_record
+
+    dest, exists = await accept_offer(w, offer, opts)
     _send(w, {"answer": {"file_ack": "ok"}})
     pipe = await connect_unless_peer_gives_up(w, transit)
     opts.on_connected(pipe.description)
-    fd, tmpname = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".burrow-part", dir=dest.parent)
-    tmp = Path(tmpname)
+    fd, tmp = temporary_beside(dest)
     try:
         with os.fdopen(fd, "wb", buffering=0) as f:
             want = opts.sha256 or sender_needs_sha256(w.peer_versions)
             digest = await _stream_in(pipe, f, offer.size, opts.progress, want)
         if offer.kind == "directory":
             await asyncio.to_thread(extract_zip, tmp, dest, offer.numbytes)
-        elif exists:
-            os.replace(tmp, dest)  # the user agreed to overwrite
         else:
-            os.link(tmp, dest)  # fails rather than clobber a file that appeared meanwhile
+            place(tmp, dest, exists)
         await pipe.send_record(ack_record(digest))
     finally:
         tmp.unlink(missing_ok=True)

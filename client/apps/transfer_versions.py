@@ -53,11 +53,38 @@ def one_path_sender(peer_versions: dict | None) -> bool:
     return isinstance(b, dict) and b.get("paths") == 1
 
 
-def dilated_sender_versions(paths: int) -> dict:
-    """A Dilated File-Transfer sender's app_versions: it needs no digest in the acks, and offers `paths` paths.
-    magic-wormhole 0.24 and wormhole-william ignore all of it, so a sender offering Dilation to any peer stays a
-    plain classic sender for them."""
-    return {**app_versions("send", "ask"), "burrow": {**CLASSIC_SENDER_APP_VERSIONS["burrow"], "paths": paths}}
+def dilated_sender_versions(paths: int, inline: int | None = None) -> dict:
+    """A Dilated File-Transfer sender's app_versions: it needs no digest in the acks, and offers `paths` paths
+    (and, with `inline`, a file that small inside its offer message: apps/inline.py). magic-wormhole 0.24 and
+    wormhole-william ignore all of it, so a sender offering Dilation to any peer stays a plain classic sender
+    for them."""
+    burrow = {**CLASSIC_SENDER_APP_VERSIONS["burrow"], "paths": paths}
+    if inline is not None:
+        burrow["inline-file"] = inline
+    return {**app_versions("send", "ask"), "burrow": burrow}
+
+
+# A file of at most INLINE_MAX bytes can travel inside the mailbox message that offers it (apps/inline.py):
+# the receiver says the most it takes, the sender the size of its file; both must have said it.
+INLINE_MAX = 64 * 1024
+
+
+def _inline(peer_versions: dict | None) -> int | None:
+    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
+    n = b.get("inline-file") if isinstance(b, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
+def inline_sender(peer_versions: dict | None) -> bool:
+    """The sender offered a file small enough for us to take inside its message."""
+    n = _inline(peer_versions)
+    return n is not None and n <= INLINE_MAX
+
+
+def takes_inline(peer_versions: dict | None, size: int) -> bool:
+    """The receiver takes a file of `size` bytes inside the offer message."""
+    n = _inline(peer_versions)
+    return n is not None and size <= min(n, INLINE_MAX)
 
 
 def prepare_dilated_transfer() -> None:
@@ -67,5 +94,6 @@ def prepare_dilated_transfer() -> None:
     import burrow.client.dilation.aio  # noqa: F401
 
 
-RECEIVER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": app_versions("receive", "ask")}
+RECEIVER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": {**app_versions("receive", "ask"),
+                                                               "burrow": {"inline-file": INLINE_MAX}}}
 SENDER_WORMHOLE_KWARGS = {"dilation": True, "app_versions": dilated_sender_versions(0)}  # 0: several paths

@@ -17,25 +17,16 @@ import errno
 import ipaddress
 import logging
 import socket
-from dataclasses import dataclass
 
 from . import SIMOPEN_ABILITY  # noqa: F401 - re-exported
 from . import portmap as pm
 from .netcheck import stun, udp_socket
+from .options import NatOptions, parse_stun_server  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 MAPPING_LIFETIME = 7200  # seconds asked for the listening port's mapping
 DEFAULT_TIMEOUT = 2.0  # seconds for the whole external-address lookup
-
-
-def parse_stun_server(spec: str, default_port: int = 3478) -> tuple[str, int]:
-    """`HOST`, `HOST:PORT` or `[V6]:PORT`."""
-    if spec.startswith("["):
-        host, _, rest = spec[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default_port
-    host, sep, port = spec.rpartition(":")
-    return (host, int(port)) if sep and port.isdigit() and ":" not in host else (spec, default_port)
 
 
 def tcp_hint(host: str, port: int, priority: float = 0.0) -> dict:
@@ -101,20 +92,6 @@ class PortMapper:
         if self.mapping is not None:
             m, self.mapping = self.mapping, None
             await pm.unmap(m)
-
-
-@dataclass(frozen=True)
-class NatOptions:
-    """How a client finds direct paths through NATs (CLI: --stun-server, --stun-port2, --no-portmap,
-    --derp-relay)."""
-    stun_server: tuple[str, int] | None = None
-    stun_port2: int = 0
-    portmap: bool = True
-    upnp: bool = True
-    # a DERP packet relay (burrow-relay): Dilation then also offers UDP hole punching (docs/nat.md)
-    derp_url: str | None = None
-    derp_ca_file: str | None = None
-    derp_insecure: bool = False
 
 
 SIMOPEN_WINDOW = 5.0  # seconds we keep re-dialling a peer's hint from our listening port

@@ -244,3 +244,19 @@ def test_cli_send_dilated_many_files(wormhole_servers, tmp_path):
     assert "generation" not in serr + rerr and "Connected (" in serr  # no internal state names
     for name, data in files.items():
         assert hashlib.sha256((out / name).read_bytes()).digest() == hashlib.sha256(data).digest()
+
+
+def test_the_installed_burrow_command_sends_and_exits_with_the_commands_status(wormhole_servers, tmp_path):
+    """The `burrow` script (client/entry.py: the collector kept off the start-up's objects) runs the command
+    line unchanged: a transfer's output and a usage error's exit status come through."""
+    burrow = Path(sys.executable).parent / "burrow"
+    common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper]
+    s = subprocess.Popen([burrow, "send", *common, "--text", "through the script", "--code", "4391-purple-sausages"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run([burrow, "receive", *common, "4391-purple-sausages"], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    s.communicate(timeout=60)
+    assert r.returncode == 0 and s.returncode == 0, r.stderr
+    assert r.stdout == "through the script\n"
+    bad = subprocess.run([burrow, "send", "--no-such-flag"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr

@@ -16,6 +16,7 @@ from harness.ports import free_port
 pytestmark = pytest.mark.timeout(120)
 BOUND = 60  # seconds: well under the 120 s the transit race may take when something could still answer
 WELL_UNDER_NEGOTIATION = 40  # seconds: less than the 60 s a relay connection may wait for its partner
+FILE_SIZE = 100_000  # bytes: over INLINE_MAX, so a file goes by transit or Dilation, not inside its offer
 
 
 # Ctrl-C reaches a foreground program whose SIGINT is at its default; a test run started in the
@@ -58,7 +59,7 @@ def transfer_at_holding_relay(servers, tmp_path, start, code: str, timeout: floa
     relay, held = holding_relay()
     common = ["--relay-url", servers.relay_url, "--transit-helper", f"tcp:127.0.0.1:{relay.getsockname()[1]}",
               "--no-listen", "--hide-progress"]
-    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    (tmp_path / "payload").write_bytes(os.urandom(FILE_SIZE))
     try:
         s = start("send", *common, *send_flags, str(tmp_path / "payload"), "--code", code)
         r = start("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), code)
@@ -74,7 +75,7 @@ def transfer_at_holding_relay(servers, tmp_path, start, code: str, timeout: floa
 def test_no_transit_path_fails_at_once_naming_what_was_tried(wormhole_servers, tmp_path):
     dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
-    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    (tmp_path / "payload").write_bytes(os.urandom(FILE_SIZE))
     # classic Transit (what magic-wormhole and wormhole-william peers get) gives up once every path failed
     s = burrow("send", *common, "--classic", str(tmp_path / "payload"), "--code", "4500-purple-sausages")
     r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4500-purple-sausages")
@@ -94,7 +95,7 @@ def test_a_dilated_transfer_with_no_path_fails_at_once_naming_what_was_tried(wor
     naming its own attempts and the peer's, instead of waiting out FIRST_CONNECTION_TIMEOUT."""
     dead = f"tcp:127.0.0.1:{free_port()}"  # nothing listens there
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", dead, "--no-listen", "--hide-progress"]
-    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    (tmp_path / "payload").write_bytes(os.urandom(FILE_SIZE))
     s = burrow("send", *common, str(tmp_path / "payload"), "--code", "4505-purple-sausages")
     r = burrow("receive", *common, "--accept-file", "-o", str(tmp_path / "got"), "4505-purple-sausages")
     _, rerr = r.communicate(timeout=BOUND)
@@ -155,7 +156,7 @@ def test_ctrl_c_at_the_code_prompt_stops_at_once_and_no_code_is_one_line(wormhol
 def test_ctrl_c_at_the_question_stops_the_receiver_and_tells_the_sender(wormhole_servers, tmp_path, dilated):
     common = ["--relay-url", wormhole_servers.relay_url, "--transit-helper", wormhole_servers.transit_helper,
               "--hide-progress"]
-    (tmp_path / "payload").write_bytes(os.urandom(10_000))
+    (tmp_path / "payload").write_bytes(os.urandom(FILE_SIZE))
     s = burrow("send", *common, *(["--dilated"] if dilated else []), str(tmp_path / "payload"),
                "--code", "4502-purple-sausages")
     controller, terminal = pty.openpty()  # the receiver asks on a terminal, as a person runs it
