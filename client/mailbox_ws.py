@@ -125,7 +125,8 @@ class MailboxSocket:
                 try:
                     messages = ws.feed_messages(data)
                 except WebSocketError as e:
-                    self._writer.write(ws.close_frame(e.close_code))  # tell the server why, then hang up
+                    self._writer.write(ws.close_frame(e.close_code))  # tell the server why
+                    await self._until_eof()
                     raise ConnectionClosed(e.close_code, f"bad data from the server: {e}") from None
                 self._writer.write(ws.data_to_send())  # Pong, our answer to its Close
                 if messages:
@@ -141,6 +142,14 @@ class MailboxSocket:
         finally:
             self._writer.close()
             self._arrived.set()
+
+    async def _until_eof(self) -> None:
+        """Discard what still comes until the server hangs up (at most CLOSE_TIMEOUT): closing with
+        unread bytes would reset the connection and could lose our Close frame on the way."""
+        with contextlib.suppress(TimeoutError, OSError):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                while await self._reader.read(READ_CHUNK):
+                    pass
 
     async def _read(self) -> bytes:
         with contextlib.suppress(TimeoutError):

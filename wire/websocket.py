@@ -56,12 +56,14 @@ def _load_c_mask():
 
 
 def _mask(data: bytes, key: bytes) -> bytes:
-    n = len(data)
-    if n >= MASK_IN_PYTHON or _c_mask is not None:
+    if len(data) >= MASK_IN_PYTHON or _c_mask is not None:
         return (_c_mask or _load_c_mask())(data, key)
-    if not n:
-        return b""
-    # XOR as one big integer: a few microseconds for a mailbox message, no import
+    return py_mask(data, key)
+
+
+def py_mask(data: bytes, key: bytes) -> bytes:
+    """RFC 6455 masking as one big-integer XOR: a few microseconds for a mailbox message, no import."""
+    n = len(data)
     keys = (key * ((n >> 2) + 1))[:n]
     return (int.from_bytes(data, "little") ^ int.from_bytes(keys, "little")).to_bytes(n, "little")
 
@@ -184,8 +186,10 @@ class WebSocketStream:
                 if len(payload) == 1:
                     raise WebSocketError("close frame with a one-byte payload")
                 self.close_code = _U16.unpack_from(payload)[0] if payload else 1005
-                if not self.closed:
-                    self._out.append(self.close_frame())
+                if not self.closed:  # echo its code, as peers usually do, when it is one that may be sent
+                    code = self.close_code
+                    sendable = 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999
+                    self._out.append(self.close_frame(code if sendable else 1000))
                 self.closed = True
             elif opcode != OP_PONG:
                 raise WebSocketError(f"unknown control opcode {opcode:#x}")
