@@ -193,10 +193,13 @@ async def open_mailbox(url: str, *, ssl_context: ssl.SSLContext | None, max_size
 async def connect(url: str, *, ssl_context: ssl.SSLContext | None = None, max_size: int) -> MailboxSocket:
     """Open TCP (+TLS), upgrade to a WebSocket; the caller bounds the time."""
     parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise ValueError(f"{url!r} is not a ws:// or wss:// URL")
     tls = parts.scheme == "wss"
-    host, port = parts.hostname, parts.port or (443 if tls else 80)
+    try:
+        host, port = parts.hostname, parts.port or (443 if tls else 80)
+    except ValueError:  # a port out of range
+        host = None
+    if parts.scheme not in ("ws", "wss") or not host:
+        raise ServerConnectionError(f"{url!r} is not a ws:// or wss:// URL")
     reader, writer = await asyncio.open_connection(
         host, port, limit=READ_CHUNK, ssl=(ssl_context or ssl.create_default_context()) if tls else None,
         server_hostname=host if tls else None)

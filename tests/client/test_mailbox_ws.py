@@ -212,3 +212,9 @@ async def test_a_refused_upgrade_is_a_clear_server_connection_error(answer, said
     finally:
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:4000/v1", "ws://127.0.0.1:99999/v1", "ws:///v1"])
+async def test_a_bad_url_is_a_server_connection_error(url):
+    with pytest.raises(ServerConnectionError, match="is not a ws:// or wss:// URL"):
+        await asyncio.wait_for(Wormhole(url).open(), 10)
