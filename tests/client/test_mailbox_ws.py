@@ -11,10 +11,12 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed as WsClosed
 
+from burrow.client import mailbox_ws
 from burrow.client.errors import ServerConnectionError
 from burrow.client.mailbox_ws import ConnectionClosed, connect
 from burrow.client.wormhole import MAX_MESSAGE_SIZE, Wormhole
-from burrow.wire.http import websocket_accept
+from burrow.wire.http import response, websocket_accept
+from burrow.wire.websocket import WebSocketStream
 from harness.wormhole_servers import MailboxProcess
 
 pytestmark = pytest.mark.timeout(60)
@@ -218,3 +220,31 @@ async def test_a_refused_upgrade_is_a_clear_server_connection_error(answer, said
 async def test_a_bad_url_is_a_server_connection_error(url):
     with pytest.raises(ServerConnectionError, match="is not a ws:// or wss:// URL"):
         await asyncio.wait_for(Wormhole(url).open(), 10)
+
+
+async def test_a_silent_server_is_pinged_then_dropped(monkeypatch):
+    monkeypatch.setattr(mailbox_ws, "PING_INTERVAL", 0.3)
+    monkeypatch.setattr(mailbox_ws, "PING_TIMEOUT", 0.5)
+    pings = []
+
+    async def silent(reader, writer):  # accepts the upgrade, then reads and never answers
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        key = head.partition("Sec-WebSocket-Key: ")[2].partition("\r\n")[0]
+        writer.write(response(101, {"Upgrade": "websocket", "Connection": "Upgrade",
+                                    "Sec-WebSocket-Accept": websocket_accept(key)}))
+        frames = WebSocketStream(client=False)
+        while data := await reader.read(4096):
+            frames.feed(data)
+            pings.append(bool(frames.data_to_send()))  # a Pong to send: the client pinged
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    try:
+        ws = await asyncio.wait_for(connect(f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1",
+                                            max_size=MAX_MESSAGE_SIZE), 10)
+        with pytest.raises(ConnectionClosed, match="no answer to a Ping"):
+            await asyncio.wait_for(ws.recv(), 10)
+        assert pings == [True]
+    finally:
+        server.close()
+        await server.wait_closed()
