@@ -137,26 +137,25 @@ async def exchange_through(front_url: str, mailbox_url: str) -> None:
     assert await a.close() == "happy" and await b.close() == "happy"
 
 
-async def test_the_server_closing_makes_the_wormhole_reconnect(mailbox):
-    front = Front(mailbox.url, close_going_away)
+async def exchange_via_front(mailbox, act) -> Front:
+    front = Front(mailbox.url, act)
     server, port = await started(front)
     try:
         await exchange_through(f"ws://127.0.0.1:{port}/v1", mailbox.url)
     finally:
         server.close()
         await server.wait_closed()
+    return front
+
+
+async def test_the_server_closing_makes_the_wormhole_reconnect(mailbox):
+    front = await exchange_via_front(mailbox, close_going_away)
     assert front.connections == 2
     assert front.close_codes[0] == 1001  # our client answered its Close, echoing the code
 
 
 async def test_an_oversize_message_closes_1009_and_the_wormhole_reconnects(mailbox):
-    front = Front(mailbox.url, oversend)
-    server, port = await started(front)
-    try:
-        await exchange_through(f"ws://127.0.0.1:{port}/v1", mailbox.url)
-    finally:
-        server.close()
-        await server.wait_closed()
+    front = await exchange_via_front(mailbox, oversend)
     assert front.connections == 2 and front.close_codes[0] == 1009
 
 

@@ -25,8 +25,8 @@ from burrow.wire.websocket import (
 )
 
 
-def masked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
-    frame = bytearray(encode_frame(opcode, payload, mask=True))
+def masked(opcode: int, payload: bytes, fin: bool = True, mask: bool = True) -> bytes:
+    frame = bytearray(encode_frame(opcode, payload, mask=mask))
     if not fin:
         frame[0] &= 0x7F
     return bytes(frame)
@@ -131,10 +131,7 @@ def test_fuzz_websocket_raises_only_websocket_error(blob):
 
 # ---- the text face (the mailbox client)
 def unmasked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
-    frame = bytearray(encode_frame(opcode, payload, mask=False))
-    if not fin:
-        frame[0] &= 0x7F
-    return bytes(frame)
+    return masked(opcode, payload, fin, mask=False)
 
 
 def test_text_messages_whole_and_fragmented_one_byte_at_a_time():
