@@ -1,4 +1,4 @@
-"""Asyncio Wormhole: the sans-IO WormholeSession (session.py) over a `websockets` connection.
+"""Asyncio Wormhole: the sans-IO WormholeSession (session.py) over the mailbox WebSocket (mailbox_ws.py).
 
 Hooks for Dilation (client/dilation/ builds on these; they are a stable API):
   (a) `Wormhole(..., dilation=True)` offers Dilation (adds `can-dilate`/`dilation-abilities` to our
@@ -27,13 +27,13 @@ import contextlib
 import logging
 import random
 import ssl
+import sys
 from collections.abc import Callable
-
-import websockets
 
 from . import codes
 from .errors import LonelyError, ServerConnectionError, WormholeError
 from .mailbox_protocol import MailboxProtocolError
+from .mailbox_ws import open_mailbox
 from .session import (
     AppMessage,
     Closed,
@@ -211,15 +211,15 @@ class Wormhole:
         attempt = 0
         while not self._stopping:
             try:
-                async with asyncio.timeout(CONNECT_TIMEOUT):
-                    ws = await websockets.connect(self.relay_url, max_size=MAX_MESSAGE_SIZE,
-                                                  ping_interval=30, ping_timeout=60,
-                                                  open_timeout=CONNECT_TIMEOUT,
-                                                  **({"ssl": self._ssl} if self._ssl is not None else {}))
-            except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as e:
+                ws = await open_mailbox(self.relay_url, ssl_context=self._ssl, max_size=MAX_MESSAGE_SIZE,
+                                        timeout=CONNECT_TIMEOUT)
+            except connection_errors() as e:
                 if not self._first_f.done():
-                    error = ServerConnectionError(unreachable(self.relay_url, e))
-                    error.__cause__ = e
+                    if isinstance(e, ServerConnectionError):
+                        error = e
+                    else:
+                        error = ServerConnectionError(unreachable(self.relay_url, e))
+                        error.__cause__ = e
                     self._first_f.set_exception(error)
                     self._fail_all(error)
                     return
@@ -232,7 +232,7 @@ class Wormhole:
                 self._first_f.set_result(None)
             try:
                 await self._serve(ws)
-            except (websockets.exceptions.ConnectionClosed, OSError) as e:
+            except connection_errors() as e:
                 log.info("mailbox connection lost: %s", e)
             except MailboxProtocolError as e:
                 log.warning("mailbox protocol error, reconnecting: %s", e)
@@ -326,6 +326,13 @@ class Wormhole:
         from .dilation.aio import dilate
 
         return await dilate(self, **kwargs)
+
+
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """What a lost or refused mailbox connection raises: OSError (mailbox_ws.ConnectionClosed is one),
+    TimeoutError, ServerConnectionError, and websockets' errors once a proxy made us load it."""
+    ws = sys.modules.get("websockets.exceptions")
+    return (OSError, TimeoutError, ServerConnectionError) + ((ws.WebSocketException,) if ws else ())
 
 
 def unreachable(url: str, e: BaseException) -> str:

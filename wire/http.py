@@ -1,8 +1,9 @@
-"""The little HTTP/1.1 the relay needs, sans-IO: one request head in, one response out.
+"""The little HTTP/1.1 the relay and the clients need, sans-IO: one request head in, one response out.
 
 in:  bytes until the blank line (bounded by `max_head`); whatever follows stays with the caller,
      because a fast-start DERP client sends ClientInfo right behind its request.
 out: Request(method, target, headers) or HttpError; response bytes from `response()`.
+Client side: `websocket_request()` builds an upgrade request, `parse_response_head()` reads the answer.
 No bodies are read: every endpoint here is GET/HEAD, or an upgrade.
 """
 
@@ -44,7 +45,24 @@ class Request:
         return self.headers.get(name, default)
 
     def tokens(self, name: str) -> list[str]:
-        return [t.strip().lower() for t in self.headers.get(name, "").split(",") if t.strip()]
+        return _tokens(self.headers, name)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    reason: str
+    headers: dict[str, str] = field(default_factory=dict)  # lower-case names; repeats joined by ", "
+
+    def header(self, name: str, default: str = "") -> str:
+        return self.headers.get(name, default)
+
+    def tokens(self, name: str) -> list[str]:
+        return _tokens(self.headers, name)
+
+
+def _tokens(headers: dict[str, str], name: str) -> list[str]:
+    return [t.strip().lower() for t in headers.get(name, "").split(",") if t.strip()]
 
 
 class RequestReader:
@@ -79,15 +97,37 @@ def parse_head(head: bytes) -> Request:
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
         raise HttpError(400, "malformed request line")
+    return Request(parts[0], parts[1], _headers(lines[1:]))
+
+
+def parse_response_head(head: bytes) -> Response:
+    """A response's status line and headers (without the blank line) -> Response, or HttpError."""
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    code, _, reason = rest.partition(" ")
+    if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        raise HttpError(502, f"malformed status line {lines[0][:80]!r}")
+    return Response(int(code), reason, _headers(lines[1:]))
+
+
+def _headers(lines: list[str]) -> dict[str, str]:
     headers: dict[str, str] = {}
-    for line in lines[1:]:
+    for line in lines:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
             raise HttpError(400, "malformed header line")
         key = name.lower()
         value = value.strip()
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    return Request(parts[0], parts[1], headers)
+    return headers
+
+
+def websocket_request(host: str, target: str, key: str, headers: dict[str, str] | None = None) -> bytes:
+    """A client's WebSocket upgrade request; `host` is the Host header's value (host[:port])."""
+    lines = [f"GET {target} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
+             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def response(status: int, headers: dict[str, str] | None = None, body: bytes = b"",

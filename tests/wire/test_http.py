@@ -5,7 +5,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burrow.wire.http import HttpError, RequestReader, response, websocket_accept
+from burrow.wire.http import (
+    HttpError,
+    RequestReader,
+    parse_head,
+    parse_response_head,
+    response,
+    websocket_accept,
+    websocket_request,
+)
 
 
 def test_websocket_accept_rfc6455_example():
@@ -39,3 +47,26 @@ def test_fuzz_http_raises_only_http_error(blob):
         RequestReader(max_head=200).feed(blob + b"\r\n\r\n")
     except HttpError:
         pass
+
+
+def test_websocket_request_and_the_servers_answer():
+    wire = websocket_request("[::1]:4000", "/v1?x=1", "dGhlIHNhbXBsZSBub25jZQ==", {"User-Agent": "t"})
+    req = parse_head(wire[:-4])
+    assert (req.method, req.target, req.header("host"), req.header("user-agent")) == ("GET", "/v1?x=1",
+                                                                                        "[::1]:4000", "t")
+    assert req.tokens("upgrade") == ["websocket"] and req.header("sec-websocket-version") == "13"
+    answer = parse_response_head(response(101, {"Upgrade": "websocket", "Connection": "Upgrade",
+                                                "Sec-WebSocket-Accept": websocket_accept(req.header(
+                                                    "sec-websocket-key"))})[:-4])
+    assert (answer.status, answer.reason) == (101, "Switching Protocols")
+    assert answer.tokens("connection") == ["upgrade"]
+    assert answer.header("sec-websocket-accept") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    assert parse_response_head(b"HTTP/1.0 404 Not Found").reason == "Not Found"
+    assert parse_response_head(b"HTTP/1.1 200").reason == ""
+
+
+@pytest.mark.parametrize("head", [b"SSH-2.0-OpenSSH_9.6", b"HTTP/1.1 99 Short", b"HTTP/1.1 abc X",
+                                  b"HTTP/1.1 101 OK\r\nno colon"])
+def test_malformed_response_heads_raise(head):
+    with pytest.raises(HttpError):
+        parse_response_head(head)

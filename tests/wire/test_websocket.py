@@ -2,6 +2,8 @@
 
 import os
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -11,17 +13,20 @@ from burrow.wire.iroh.frames import MAX_FRAME_SIZE
 from burrow.wire.websocket import (
     OP_PING,
     OP_TEXT,
+    InvalidText,
     MessageStream,
+    MessageTooBig,
     WebSocketError,
     WebSocketStream,
     binary_header,
     encode_frame,
+    py_mask,
     wrap,
 )
 
 
-def masked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
-    frame = bytearray(encode_frame(opcode, payload, mask=True))
+def masked(opcode: int, payload: bytes, fin: bool = True, mask: bool = True) -> bytes:
+    frame = bytearray(encode_frame(opcode, payload, mask=mask))
     if not fin:
         frame[0] &= 0x7F
     return bytes(frame)
@@ -122,3 +127,60 @@ def test_fuzz_websocket_raises_only_websocket_error(blob):
         WebSocketStream(client=False, max_frame=1000).feed(blob)
     except WebSocketError:
         pass
+
+
+# ---- the text face (the mailbox client)
+def unmasked(opcode: int, payload: bytes, fin: bool = True) -> bytes:
+    return masked(opcode, payload, fin, mask=False)
+
+
+def test_text_messages_whole_and_fragmented_one_byte_at_a_time():
+    wire = (unmasked(OP_TEXT, "héllo".encode()) + unmasked(OP_TEXT, "é".encode()[:1], fin=False)
+            + unmasked(OP_PING, b"p") + unmasked(0x0, "é".encode()[1:] + b" ok") + unmasked(0x2, b"bin"))
+    ws, got = WebSocketStream(client=True, text=True), []
+    for i in range(len(wire)):
+        got += ws.feed_messages(wire[i:i + 1])
+    assert got == ["héllo", "é ok", b"bin"]
+    pong = WebSocketStream(client=False)
+    pong.feed(ws.data_to_send())  # our Pong is masked, as a client's must be
+    assert pong.data_to_send() == b""
+
+
+@pytest.mark.parametrize(("wire", "error", "code"), [
+    (unmasked(OP_TEXT, b"\xff\xfe"), InvalidText, 1007),
+    (unmasked(OP_TEXT, b"x" * 101), MessageTooBig, 1009),
+    (unmasked(OP_TEXT, b"x" * 60, fin=False) + unmasked(0x0, b"x" * 41), MessageTooBig, 1009),
+    (masked(OP_TEXT, b"masked by a server"), WebSocketError, 1002),
+    (unmasked(0x8, b"\x03"), WebSocketError, 1002),
+])
+def test_text_errors_carry_their_close_code(wire, error, code):
+    with pytest.raises(error) as info:
+        WebSocketStream(client=True, text=True, max_frame=100, max_message=100).feed_messages(wire)
+    assert info.value.close_code == code
+
+
+@pytest.mark.parametrize(("sent", "echoed"), [(1001, 1001), (1009, 1009), (4000, 4000), (1006, 1000)])
+def test_the_peers_close_code_is_kept_and_echoed(sent, echoed):
+    ws = WebSocketStream(client=True, text=True)
+    assert ws.feed_messages(unmasked(OP_TEXT, b"last") + unmasked(0x8, struct.pack(">H", sent))) == ["last"]
+    assert ws.closed and ws.close_code == sent
+    server = WebSocketStream(client=False)
+    server.feed(ws.data_to_send())
+    assert server.close_code == echoed
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 125, 4095, 4096, 70_000])
+def test_client_masking_matches_websockets(n):
+    from websockets.frames import apply_mask
+
+    data, key = os.urandom(n), os.urandom(4)
+    assert py_mask(data, key) == apply_mask(data, key)
+
+
+def test_a_client_stream_does_not_import_websockets():
+    code = ("import sys; from burrow.wire.websocket import WebSocketStream, encode_frame; "
+            "ws = WebSocketStream(client=True, text=True); encode_frame(1, b'x' * 1000, mask=True); "
+            "ws.feed_messages(encode_frame(1, b'hi', mask=False)); "
+            "print(sorted(m for m in sys.modules if m.startswith('websockets')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
