@@ -17,7 +17,6 @@ import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from burrow.client.apps.progress import ProgressBar, human
@@ -158,26 +157,25 @@ def _on_welcome(relay_url: str):
     return cb
 
 
-class _Ahead:
-    """Work done before it is known to be needed: listening for transit and looking up our NAT's address (for a
-    classic file) and loading Dilation (for a burrow peer's file). It costs about 0.07 CPU-s, which a text, or
-    a small file sent inside its message, never uses; so where a file may not need it, it starts only when
-    this side would wait anyway: while the user types the code, or once the peer has kept us waiting for
-    IDLE seconds. `start()` returns the early_transit() future (or None)."""
+class _LoadDilation:
+    """Load Dilation and Dilated File-Transfer in a thread (about 0.05 CPU-s) before a burrow peer's file needs
+    them. A text, or a small file sent inside its message, never does; so unless a file surely will, the
+    load starts only when this side would wait anyway: while the user types the code, or once the peer
+    has kept us waiting for IDLE seconds; else the peer's versions say whether it is needed."""
 
     IDLE = 0.1
 
-    def __init__(self, start: Callable[[], asyncio.Future | None]):
-        self._start = start
+    def __init__(self) -> None:
         self._timer: asyncio.TimerHandle | None = None
         self._started = False
-        self.early: asyncio.Future | None = None
 
     def now(self) -> None:
+        from burrow.client.apps.transfer_versions import prepare_dilated_transfer
+
         self.not_needed()
         if not self._started:
             self._started = True
-            self.early = self._start()
+            asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)
 
     def when_idle(self) -> None:
         if not self._started:
@@ -262,7 +260,6 @@ async def cmd_send(args: argparse.Namespace) -> int:
         CLASSIC_SENDER_APP_VERSIONS,
         can_receive_dilated,
         dilated_sender_versions,
-        prepare_dilated_transfer,
         takes_inline,
     )
 
@@ -271,36 +268,32 @@ async def cmd_send(args: argparse.Namespace) -> int:
     # file also offers to travel inside its offer message (apps/inline.py), which a burrow receiver takes.
     dilate = path is not None and not args.classic
     small = None
-    if dilate and not args.dilated:
+    if dilate:
         from burrow.client.apps.inline import read_small
 
         small = read_small(path)
     w = _wormhole(args, dilation=dilate, app_versions=dilated_sender_versions(
         1, inline=None if small is None else len(small)) if dilate else CLASSIC_SENDER_APP_VERSIONS)
-
-    def prepare() -> asyncio.Future | None:  # load transit, listen and look up our NAT's address
-        loop = asyncio.get_running_loop()
-        if dilate:
-            loop.run_in_executor(None, prepare_dilated_transfer)
-        warming = loop.run_in_executor(None, prepare_transit)
-        return asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
-
-    ahead = _Ahead(prepare)
-    if path is not None and small is None:
-        ahead.now()  # a file that needs transit or Dilation: prepare beside the code exchange
+    early = None
+    dilation = _LoadDilation()
+    if dilate and small is None:
+        dilation.now()
+    if path is not None:  # load transit, listen and look up our NAT's address beside the code exchange
+        warming = asyncio.get_running_loop().run_in_executor(None, prepare_transit)
+        early = asyncio.ensure_future(early_transit(w, "sender", no_listen=args.no_listen, ready=warming))
     try:
         await w.open()
         if args.code:
             w.set_code(args.code)
         else:
             w.allocate_code(args.code_length)
-        if path is not None:
-            ahead.when_idle()
+        if dilate:
+            dilation.when_idle()
         code = await w.get_code()
         _say(f"Wormhole code is: {code}\nOn the other computer, please run:\n\n"
              f"{peer_command(args, 'receive', *(['--verify'] if args.verify else []), code)}\n")
         verifier = await w.get_verifier()
-        ahead.not_needed()
+        dilation.not_needed()
         if args.verify:
             if not await ask_yes(f"Verifier {verifier.hex()}. ok? (yes/no): "):
                 w.send_message(b'{"error": "sender rejected verification check, abandoned transfer"}')
@@ -316,12 +309,13 @@ async def cmd_send(args: argparse.Namespace) -> int:
             desc = await send_inline(w, path.name, small)
             _say(f"Transfer complete ({desc}).")
         elif dilate and can_receive_dilated(peer):
-            await discard_transit(ahead.early)
+            await discard_transit(early)
             from burrow.client.apps.dilated_transfer_cli import send_one_dilated
 
             return await send_one_dilated(w, args, path)
         else:
-            transit = await take_transit(ahead.early) if ahead.early is not None else None
+            assert early is not None
+            transit = await take_transit(early)
             _say(f"Sending {'directory' if path.is_dir() else 'file'} {path.name!r}")
             bar = ProgressBar(enabled=False if args.hide_progress else None)
             confirmed = []
@@ -336,8 +330,8 @@ async def cmd_send(args: argparse.Namespace) -> int:
         await w.close()
         return EXIT_OK
     finally:
-        ahead.not_needed()
-        await discard_transit(ahead.early)
+        dilation.not_needed()
+        await discard_transit(early)
         await _close_quietly(w)
 
 
@@ -346,30 +340,25 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         RECEIVER_WORMHOLE_KWARGS,
         inline_sender,
         is_dilated_sender,
-        prepare_dilated_transfer,
     )
 
     # Offering Dilation lets a `send --dilated` peer be recognised; classic senders ignore it.
     w = _wormhole(args, **RECEIVER_WORMHOLE_KWARGS)
-
-    def prepare() -> asyncio.Future:
-        # a classic sender's file needs transit: listen and look up our NAT's address beside the code exchange
-        # (for a text or a Dilated sender it is closed unused); a burrow sender's file needs Dilation.
-        prepare_transit()
-        early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
-        asyncio.get_running_loop().run_in_executor(None, prepare_dilated_transfer)
-        return early
-
-    ahead = _Ahead(prepare)
+    # a classic sender's file needs transit: listen and look up our NAT's address beside the code exchange
+    # (for a text or a burrow sender it is closed unused). Loaded here rather than in a thread: the lookup's
+    # wait starts sooner, and a typed-in-advance code makes the key exchange short.
+    prepare_transit()
+    early = asyncio.ensure_future(early_transit(w, "receiver", no_listen=args.no_listen))
+    dilation = _LoadDilation()  # a burrow sender's larger file comes Dilated
     try:
         await w.open()
         if not args.code:
-            ahead.now()  # the user is about to type the code
+            dilation.now()  # the user is about to type the code
         code = args.code or await _read_code(w)
         w.set_code(code)
-        ahead.when_idle()
+        dilation.when_idle()
         verifier = await w.get_verifier()
-        ahead.not_needed()
+        dilation.not_needed()
         if args.verify:
             _say(f"Verifier {verifier.hex()}.")
         if is_dilated_sender(w.peer_versions) and not inline_sender(w.peer_versions):
@@ -389,10 +378,9 @@ async def cmd_receive(args: argparse.Namespace) -> int:
                 return True
             return await _ask_peer(w, f"Receive {what} into {dest}? (y/N) ")
 
-        early = ahead.early
         opts = ReceiveOptions(output=args.output_file, confirm=confirm, no_listen=args.no_listen, progress=bar,
-                              on_connected=lambda d: _say(f"Receiving ({d})..."),
-                              transit=await take_transit(early) if early is not None else None, sha256=args.sha256)
+                              on_connected=lambda d: _say(f"Receiving ({d})..."), transit=await take_transit(early),
+                              sha256=args.sha256)
         if inline_sender(w.peer_versions):
             from burrow.client.apps.inline import receive_inline
 
@@ -412,8 +400,8 @@ async def cmd_receive(args: argparse.Namespace) -> int:
         _interrupted_at_question(w)
         raise
     finally:
-        ahead.not_needed()
-        await discard_transit(ahead.early)
+        dilation.not_needed()
+        await discard_transit(early)
         await _close_quietly(w)
 
 

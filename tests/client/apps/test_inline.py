@@ -132,10 +132,11 @@ def test_a_malformed_file_message_gets_a_clear_error_and_writes_nothing(wormhole
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_receiver_waiting_for_its_sender_prepares_transit_meanwhile(wormhole_servers, tmp_path):
-    """With the code typed in advance and no sender yet, the receiver sets up transit while it waits."""
+def test_a_receiver_waiting_for_its_sender_loads_dilation_meanwhile(wormhole_servers, tmp_path):
+    """With the code typed in advance and no sender yet, the receiver loads Dilation while it waits (for a
+    burrow sender's larger file); a text then arrives as usual."""
     probe = ("import atexit, sys\n"
-             "atexit.register(lambda: print('transit loaded:', 'burrow.client.transit.aio' in sys.modules))\n"
+             "atexit.register(lambda: print('dilation loaded:', 'burrow.client.dilation.aio' in sys.modules))\n"
              "from burrow.client.cli import main\n"
              "main(sys.argv[1:])\n")
     r = subprocess.Popen([sys.executable, "-c", probe, "receive", *_common(wormhole_servers), "7601-purple-sausages"],
@@ -145,4 +146,4 @@ def test_a_receiver_waiting_for_its_sender_prepares_transit_meanwhile(wormhole_s
     rout, rerr = r.communicate(timeout=60)
     s.communicate(timeout=60)
     assert r.returncode == 0 and s.returncode == 0, rerr
-    assert "hi" in rout and "transit loaded: True" in rout
+    assert "hi" in rout and "dilation loaded: True" in rout
