@@ -86,9 +86,9 @@ def _minute_of(t: Column) -> Column:
     return F.floor(t / MINUTE).cast("long")
 
 
-def _step(t: Column, ds: Column, dc: Column, st: Column, dr: Column, pb: Column, is_bytes: bool) -> Column:
-    return F.struct(t.cast("double").alias("t"), ds.alias("ds"), dc.alias("dc"), st.alias("st"),
-                    dr.cast("double").alias("dr"), pb.cast("double").alias("pb"), F.lit(is_bytes).alias("b"))
+def _step(t: Column, ds: Column, dc: Column, dr: Column, pb: Column) -> Column:
+    return F.struct(t.cast("double").alias("t"), ds.alias("ds"), dc.alias("dc"),
+                    dr.cast("double").alias("dr"), pb.cast("double").alias("pb"))
 
 
 def _byte_steps(window: int) -> list[Column]:
@@ -104,39 +104,43 @@ def _byte_steps(window: int) -> list[Column]:
     zero = F.lit(0)
     spans = (b > 0) & ~one_slot
     return [
-        F.when(b > 0, _step(first * window, zero, zero, zero, zero,
-                            F.when(one_slot, b).otherwise(rate * ((first + 1) * window - s)), True)),
-        F.when(spans, _step((first + 1) * window, zero, zero, zero, full, zero, True)),
-        F.when(spans, _step(last * window, zero, zero, zero, -full, rate * (e - last * window), True)),
+        F.when(b > 0, _step(first * window, zero, zero, zero,
+                            F.when(one_slot, b).otherwise(rate * ((first + 1) * window - s)))),
+        F.when(spans, _step((first + 1) * window, zero, zero, full, zero)),
+        F.when(spans, _step(last * window, zero, zero, -full, rate * (e - last * window))),
     ]
 
 
 def _peaks(iv: DataFrame, window: int) -> DataFrame:
     """Exact in-minute maxima: a sweep of +w at start and -w at end. The running sum over a RANGE
     frame applies every step at the same instant together, so each prefix is a real concurrency.
-    The same sort serves the busiest byte slot: its rows sit at the slot's first instant."""
+    The same sort serves the busiest byte slot: its rows sit at the slot's first instant.
+
+    The sort and its shuffle carry only what cannot be derived after them: a session step changes
+    sessions or connections (never both weights 0) and a byte step neither, so `ds = dc = 0` marks
+    byte steps; a start is the positive part of `ds`; a step's tail is a function of its time."""
     zero = F.lit(0)
     steps = iv.select("svc", F.explode(F.array(
-        _step(F.col("start"), F.col("w_sess"), F.col("w_conn"), F.col("w_sess"), zero, zero, False),
-        _step(F.col("end"), -F.col("w_sess"), -F.col("w_conn"), zero, zero, zero, False),
+        _step(F.col("start"), F.col("w_sess"), F.col("w_conn"), zero, zero),
+        _step(F.col("end"), -F.col("w_sess"), -F.col("w_conn"), zero, zero),
         *_byte_steps(window))).alias("s")).where(F.col("s").isNotNull()).select("svc", "s.*")
-    minute = _minute_of(F.col("t"))
+    steps = steps.select(_key(F.col("svc"), _minute_of(F.col("t"))).alias("key"), "t", "ds", "dc", "dr", "pb")
+    is_bytes = (F.col("ds") == 0) & (F.col("dc") == 0)
     # seconds from the step to the end of its minute: a step's share of the minute's integral
-    tail = ((minute + 1) * MINUTE - F.col("t")).alias("tail")
-    steps = steps.select(_key(F.col("svc"), minute).alias("key"), "t", "ds", "dc", "st", "dr", "pb", "b", tail)
+    tail = (_minute_of(F.col("t")) + 1) * MINUTE - F.col("t")
     w = Window.partitionBy("key").orderBy("t")
     upto = w.rangeBetween(Window.unboundedPreceding, Window.currentRow)
     slot_bytes = F.sum("dr").over(upto) + F.sum("pb").over(w.rangeBetween(Window.currentRow, Window.currentRow))
-    return (steps.select("key", "t", "ds", "dc", "st", "dr", "pb", "b", "tail", F.sum("ds").over(upto).alias("ps"),
-                         F.sum("dc").over(upto).alias("pc"), F.when(F.col("b"), slot_bytes).alias("pr"))
+    return (steps.select("key", "t", "ds", "dc", "dr", "pb", F.sum("ds").over(upto).alias("ps"),
+                         F.sum("dc").over(upto).alias("pc"), F.when(is_bytes, slot_bytes).alias("pr"))
             .groupBy("key")
             .agg(F.sum("ds").alias("net_s"), F.sum("dc").alias("net_c"), F.max("ps").alias("max_ps"),
-                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"), F.min("t").alias("t_first"),
+                 F.max("pc").alias("max_pc"), F.sum(F.greatest("ds", zero)).alias("starts"), F.min("t").alias("t_first"),
                  F.sum("dr").alias("net_r"), F.max("pr").alias("max_pr"),
-                 F.min(F.when(F.col("b"), F.col("t"))).alias("tb_first"),
+                 F.min(F.when(is_bytes, F.col("t"))).alias("tb_first"),
                  # the in-minute part of the overlap seconds and bytes (see `load_per_minute`)
-                 F.sum(F.col("ds") * F.col("tail")).alias("sess_in"), F.sum(F.col("dc") * F.col("tail")).alias("conn_in"),
-                 F.sum(F.col("dr") * F.col("tail") / window + F.col("pb")).alias("bytes_in")))
+                 F.sum(F.col("ds") * tail).alias("sess_in"), F.sum(F.col("dc") * tail).alias("conn_in"),
+                 F.sum(F.col("dr") * tail / window + F.col("pb")).alias("bytes_in")))
 
 
 def _with_carry(max_prefix: str, carry: str = "carry") -> Column:

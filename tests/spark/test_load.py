@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+import re
 
 import pytest
 
@@ -180,3 +181,100 @@ def test_time_resolution_of_blurred_and_exact_logs(spark):
                                                    packets_interval=1, bytes_interval=1, drops_interval={},
                                                    stun_interval=0)])) is None
     assert [rate_window(r) for r in (None, 0.0, 1.0, 10.0, 60.0, 3600.0)] == [1, 1, 1, 10, 60, 60]
+
+
+# ---------------------------------------------------------------- the sweep's narrow shuffle
+
+def _reference_peaks(iv, window: int):
+    """The sweep as first written: every step carries its start count, byte flag and tail through the
+    shuffle and sort. `load._peaks` derives those after the sort and must give the same table."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from burrow.spark import load
+
+    def step(t, ds, dc, st, dr, pb, is_bytes):
+        return F.struct(t.cast("double").alias("t"), ds.alias("ds"), dc.alias("dc"), st.alias("st"),
+                        dr.cast("double").alias("dr"), pb.cast("double").alias("pb"), F.lit(is_bytes).alias("b"))
+
+    s, e, b, zero = F.col("start"), F.col("end"), F.col("bytes"), F.lit(0)
+    first, last = F.floor(s / window), F.ceil(e / window) - 1
+    one_slot, rate = (e <= s) | (last <= first), b / (e - s)
+    spans = (b > 0) & ~one_slot
+    steps = iv.select("svc", F.explode(F.array(
+        step(s, F.col("w_sess"), F.col("w_conn"), F.col("w_sess"), zero, zero, False),
+        step(e, -F.col("w_sess"), -F.col("w_conn"), zero, zero, zero, False),
+        F.when(b > 0, step(first * window, zero, zero, zero, zero,
+                           F.when(one_slot, b).otherwise(rate * ((first + 1) * window - s)), True)),
+        F.when(spans, step((first + 1) * window, zero, zero, zero, rate * window, zero, True)),
+        F.when(spans, step(last * window, zero, zero, zero, -rate * window, rate * (e - last * window), True)),
+    )).alias("s")).where(F.col("s").isNotNull()).select("svc", "s.*")
+    minute = load._minute_of(F.col("t"))
+    tail = ((minute + 1) * load.MINUTE - F.col("t")).alias("tail")
+    steps = steps.select(load._key(F.col("svc"), minute).alias("key"), "t", "ds", "dc", "st", "dr", "pb", "b", tail)
+    w = Window.partitionBy("key").orderBy("t")
+    upto = w.rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    slot_bytes = F.sum("dr").over(upto) + F.sum("pb").over(w.rangeBetween(Window.currentRow, Window.currentRow))
+    return (steps.select("*", F.sum("ds").over(upto).alias("ps"), F.sum("dc").over(upto).alias("pc"),
+                         F.when(F.col("b"), slot_bytes).alias("pr"))
+            .groupBy("key")
+            .agg(F.sum("ds").alias("net_s"), F.sum("dc").alias("net_c"), F.max("ps").alias("max_ps"),
+                 F.max("pc").alias("max_pc"), F.sum("st").alias("starts"), F.min("t").alias("t_first"),
+                 F.sum("dr").alias("net_r"), F.max("pr").alias("max_pr"),
+                 F.min(F.when(F.col("b"), F.col("t"))).alias("tb_first"),
+                 F.sum(F.col("ds") * F.col("tail")).alias("sess_in"), F.sum(F.col("dc") * F.col("tail")).alias("conn_in"),
+                 F.sum(F.col("dr") * F.col("tail") / window + F.col("pb")).alias("bytes_in")))
+
+
+def _edge_events(spark, tmp_path):
+    """Generated logs with malformed lines, ingested, plus sessions of every kind that span minutes,
+    start and end at the same instants (on slot and minute boundaries), or last no time at all."""
+    from burrow.spark.generate import generate
+    from burrow.spark.ingest import ingest
+    from burrow.spark.schemas import UNION_FIELDS
+
+    generate(str(tmp_path / "logs"), events=3000, days=1, nodes=2, malformed=3)
+    assert ingest(spark, [str(tmp_path / "logs")], str(tmp_path / "out"), log=lambda *a: None).rejected
+    rnd, rows, t0 = random.Random(5), [], 1_767_225_600.0  # the generated logs' first minute
+    for _ in range(150):
+        s = t0 + rnd.choice([60.0 * rnd.randint(0, 5), float(rnd.randint(0, 300)), 120.5, rnd.uniform(0, 300)])
+        d = rnd.choice([0.0, 60.0, 180.0 - s % 60, float(rnd.randint(0, 200)), rnd.uniform(0, 200)])
+        kind = rnd.randrange(4)
+        if kind == 0:
+            rows.append(_relay(s, d, rnd.choice([0, rnd.randint(1, 10**6)])))
+        elif kind == 1:
+            rows.append(event("transit", "session", started=s, duration=d, waiting_time=rnd.choice([None, 0.0, d / 2]),
+                              mood="happy", transport="tcp", bytes_from_first=1, bytes_from_second=1, total_bytes=2))
+        else:
+            rows.append(event("mailbox", ("mailbox", "connection")[kind - 2], started=s, duration=d, app_id="a",
+                              sides=2, bytes=rnd.randint(0, 5000)))
+    names = [f.name for f in UNION_FIELDS]
+    return spark.read.parquet(str(tmp_path / "out/events")).select(*names).unionByName(
+        events_df(spark, rows).select(*names))
+
+
+@pytest.mark.parametrize("window", [1, 10])
+def test_the_sweep_equals_the_reference_formulation(spark, tmp_path, monkeypatch, window):
+    from burrow.spark import load
+
+    events = _edge_events(spark, tmp_path)
+    got = {(r["service"], r["minute"]): r.asDict() for r in load_per_minute(events, window=window).collect()}
+    monkeypatch.setattr(load, "_peaks", _reference_peaks)
+    want = {(r["service"], r["minute"]): r.asDict() for r in load_per_minute(events, window=window).collect()}
+    assert got.keys() == want.keys() and len(got) > 1000
+    for key, row in want.items():
+        for name, value in row.items():
+            assert got[key][name] == (pytest.approx(value, rel=1e-12, abs=1e-9) if isinstance(value, float)
+                                      else value), (key, name)
+
+
+def test_the_sweep_shuffles_only_the_step_columns(spark):
+    """The sort's shuffle carries key, t, ds, dc, dr and pb: nothing that can be derived after it."""
+    from burrow.spark import load
+
+    iv = load.intervals(events_df(spark, [_relay(10.0, 100.0, 500)]))
+    plan = load._peaks(iv, 1)._jdf.queryExecution().executedPlan().toString()
+    lines = plan.splitlines()
+    at = next(i for i, line in enumerate(lines) if "Exchange hashpartitioning(key" in line)
+    assert "Project [" in lines[at + 1]
+    assert re.findall(r" AS (\w+)#\d+", lines[at + 1]) == ["key", "t", "ds", "dc", "dr", "pb"]
