@@ -40,17 +40,21 @@ def can_receive_dilated(peer_versions: dict | None) -> bool:
 CLASSIC_SENDER_APP_VERSIONS = {"burrow": {"ack-sha256": "optional"}}
 
 
+def _burrow(peer_versions: dict | None) -> dict:
+    """The peer's `app_versions.burrow` block ({} for a peer that sent none)."""
+    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
+    return b if isinstance(b, dict) else {}
+
+
 def sender_needs_sha256(peer_versions: dict | None) -> bool:
     """False only when the sender said its classic ack needs no SHA-256 (CLASSIC_SENDER_APP_VERSIONS)."""
-    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
-    return not (isinstance(b, dict) and b.get("ack-sha256") == "optional")
+    return _burrow(peer_versions).get("ack-sha256") != "optional"
 
 
 def one_path_sender(peer_versions: dict | None) -> bool:
     """The Dilated sender offers one FILE or DIR (`burrow send FILE`): its receiver treats `-o` as the target's
     path, as for a classic transfer, rather than as a folder for many files."""
-    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
-    return isinstance(b, dict) and b.get("paths") == 1
+    return _burrow(peer_versions).get("paths") == 1
 
 
 def dilated_sender_versions(paths: int, inline: int | None = None) -> dict:
@@ -70,8 +74,7 @@ INLINE_MAX = 64 * 1024
 
 
 def _inline(peer_versions: dict | None) -> int | None:
-    b = ((peer_versions or {}).get("app_versions") or {}).get("burrow")
-    n = b.get("inline-file") if isinstance(b, dict) else None
+    n = _burrow(peer_versions).get("inline-file")
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
