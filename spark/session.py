@@ -15,6 +15,15 @@ JAVA_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
 JAVA_OPTIONS_ENV = "BURROW_SPARK_JAVA_OPTIONS"  # replaces JAVA_OPTIONS for the local-mode driver
 
 
+def driver_java_options() -> str:
+    return os.environ.get(JAVA_OPTIONS_ENV, JAVA_OPTIONS)
+
+
+def launches_jvm(remote: str | None = None) -> bool:
+    """Whether spark_session starts its own driver JVM (not under spark-submit, not on a server)."""
+    return not remote and "PYSPARK_GATEWAY_PORT" not in os.environ and SparkSession.getActiveSession() is None
+
+
 # several input splits per core keep both cores busy to the end of the parse (local mode and Spark
 # Connect; a cluster under spark-submit keeps its own)
 SCAN_SETTINGS = {"spark.sql.files.maxPartitionBytes": str(32 << 20)}
@@ -35,13 +44,14 @@ def job_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
 
 def spark_session(master: str | None = None, app_name: str = "burrow-report",
                   shuffle_partitions: int | None = None, driver_memory: str = "2g",
-                  remote: str | None = None) -> SparkSession:
+                  remote: str | None = None, extra_java_options: str = "") -> SparkSession:
     """Build (or join) the session.
 
     Under spark-submit (PYSPARK_GATEWAY_PORT is set) the master and resources come from the
     command line, so `master=None` leaves them alone; run directly, `master=None` means local[*].
     With `remote`, the session lives on that Spark Connect server: its JVM, memory and master are the
     server's, and only the job's SQL settings below are set, for this session alone.
+    `extra_java_options` are added to a driver JVM this call starts (spark/jvm_cache.py).
     """
     if remote:
         # the client imports pandas for conversions this job never makes (it collects rows, never
@@ -59,7 +69,7 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
         builder = builder.master(master or DEFAULT_MASTER)
     if not submitted:
         builder = (builder.config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
-                   .config("spark.driver.extraJavaOptions", os.environ.get(JAVA_OPTIONS_ENV, JAVA_OPTIONS))
+                   .config("spark.driver.extraJavaOptions", f"{driver_java_options()} {extra_java_options}".strip())
                    .config("spark.ui.showConsoleProgress", "false"))
         for key, value in SCAN_SETTINGS.items():
             builder = builder.config(key, value)
