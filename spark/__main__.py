@@ -136,5 +136,6 @@ def main(argv: list[str] | None = None) -> None:
             spark.stop()
             jvm_cache.finish(cache, say)
 
+
 if __name__ == "__main__":
     main()
