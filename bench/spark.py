@@ -310,8 +310,9 @@ def main() -> None:
             print(f"  spark  {spark['wall']:.1f} s wall (start {spark['start']:.1f} s, ingest {spark['ingest']:.1f} s, "
                   f"analysis {spark['analysis']:.1f} s)", flush=True)
             print(f"  spark  {summary(spark['cpu'])}", flush=True)
-            cached = java25_cached(logs, work, args.master, args.java25_runs)
-            rows.append((n, lines, size_mb, spark, duck, warm_connect(logs, work, args.warm_runs), cached))
+            rows.append({"lines": lines, "size_mb": size_mb, "spark": spark, "duck": duck,
+                         "warm": warm_connect(logs, work, args.warm_runs),
+                         "cached": java25_cached(logs, work, args.master, args.java25_runs)})
     finally:
         if not args.keep:
             for d in work.glob("logs-*"):
@@ -323,28 +324,31 @@ def main() -> None:
     print("| events (lines) | input | Spark wall (JVM start incl.) | Spark events/s | JVM start | Spark processing "
           "| DuckDB | DuckDB events/s | processing / DuckDB |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for _n, lines, size_mb, s, d, _warm, _cached in rows:
+    for row in rows:
+        lines, size_mb, s, d = row["lines"], row["size_mb"], row["spark"], row["duck"]
         print(f"| {lines:,} | {size_mb:,.0f} MB | {s['wall']:.1f} s | {lines / s['wall']:,.0f} | {s['start']:.1f} s "
               f"| {s['processing']:.1f} s | {d['wall']:.1f} s | {lines / d['wall']:,.0f} "
               f"| {s['processing'] / d['wall']:.1f}x |")
-    if any(cached for *_, cached in rows):
+    if any(row["cached"] for row in rows):
         print()
         print("| events (lines) | Java 25 + JVM cache: wall | JVM start | processing | CPU | DuckDB right after "
               "| DuckDB CPU | processing / DuckDB | CPU / DuckDB's | first run (builds the cache): wall |")
         print("|---|---|---|---|---|---|---|---|---|---|")
-    for _n, lines, *_, cached in rows:
-        for c in cached:
+    for row in rows:
+        lines = row["lines"]
+        for c in row["cached"]:
             cpu, d = sum(c["cpu"].values()), c["duck"]
             print(f"| {lines:,} | {c['wall']:.1f} s | {c['start']:.1f} s | {c['processing']:.1f} s | {cpu:.1f} s "
                   f"| {d['wall']:.1f} s | {d['cpu']:.1f} s | {c['processing'] / d['wall']:.1f}x "
                   f"| {cpu / d['cpu']:.1f}x | {c['build']['wall']:.1f} s |")
-    if any(warm for *_, warm, _cached in rows):
+    if any(row["warm"] for row in rows):
         print()
         print("| events (lines) | warm Spark Connect server: processing | connect | CPU (server + client) "
               "| DuckDB right after | DuckDB CPU | processing / DuckDB | CPU / DuckDB's |")
         print("|---|---|---|---|---|---|---|---|")
-    for _n, lines, _size, _s, _d, warm, _cached in rows:
-        for w in warm:
+    for row in rows:
+        lines = row["lines"]
+        for w in row["warm"]:
             cpu, d = sum(w["cpu"].values()), w["duck"]
             print(f"| {lines:,} | {w['processing']:.1f} s | {w['start']:.1f} s | {cpu:.1f} s | {d['wall']:.1f} s "
                   f"| {d['cpu']:.1f} s | {w['processing'] / d['wall']:.1f}x | {cpu / d['cpu']:.1f}x |")

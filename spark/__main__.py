@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     from .capacity import CapacityConfigError, load_capacity
     from .ingest import IngestError
     from .job import run_report
-    from .session import driver_java_options, launches_jvm, spark_session
+    from .session import driver_java_options, spark_session, submitted
 
     try:
         cfg = load_capacity(args.capacity)
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     say(f"connecting to Spark Connect at {re.sub(r'token=[^;]*', 'token=...', args.remote)}" if args.remote else
         "starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
-    cache = (jvm_cache.plan(driver_java_options(), args.driver_memory, args.jvm_cache)
-             if launches_jvm(args.remote) else None)
+    starts_jvm = not (joined or args.remote or submitted())  # only a driver JVM this run starts itself
+    cache = jvm_cache.plan(driver_java_options(), args.driver_memory, args.jvm_cache) if starts_jvm else None
     spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory,
                           remote=args.remote, extra_java_options=cache.java_options() if cache else "")
     started = time.monotonic() - t0

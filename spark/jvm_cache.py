@@ -33,6 +33,11 @@ class JvmCache:
     path: Path             # the cache this configuration uses
     recording: Path | None  # where this run's JVM records what it loads and runs, when there is no cache yet
 
+    @property
+    def failed(self) -> Path:
+        """Left where a build failed: no more attempts for this configuration while it exists."""
+        return self.path.with_suffix(".failed")
+
     def java_options(self) -> str:
         if self.recording:
             # the JVM says where it recorded on its stdout, which is the report's: send that to stderr
@@ -94,8 +99,10 @@ def plan(java_options: str, driver_memory: str, setting: str | None = None) -> J
         *jars, java_options, driver_memory]).encode()).hexdigest()[:16]
     directory = Path(setting) if setting else default_directory()
     path = directory / f"spark-{pyspark.__version__}-java{release['JAVA_VERSION']}-{digest}.aot"
-    if path.exists() or path.with_suffix(".failed").exists():
-        return JvmCache(path, None) if path.exists() else None
+    if path.exists():
+        return JvmCache(path, None)
+    if JvmCache(path, None).failed.exists():
+        return None
     work = directory / "tmp"  # this run's record and the cache being built, until it is complete
     try:
         work.mkdir(parents=True, exist_ok=True)
@@ -141,11 +148,10 @@ def finish(cache: JvmCache | None, log) -> None:
     except Exception as exc:  # noqa: BLE001 - never fail the report for the cache
         building.unlink(missing_ok=True)
         try:
-            cache.path.with_suffix(".failed").write_text(f"{exc}\n")
+            cache.failed.write_text(f"{exc}\n")
         except OSError:
             pass
-        log(f"warning: no JVM cache ({exc}); later runs go without it until "
-            f"{cache.path.with_suffix('.failed')} is removed")
+        log(f"warning: no JVM cache ({exc}); later runs go without it until {cache.failed} is removed")
     else:
         log(f"JVM cache built: {cache.path} ({cache.path.stat().st_size / 1e6:.0f} MB, "
             f"{time.monotonic() - t:.1f} s)")

@@ -19,9 +19,9 @@ def driver_java_options() -> str:
     return os.environ.get(JAVA_OPTIONS_ENV, JAVA_OPTIONS)
 
 
-def launches_jvm(remote: str | None = None) -> bool:
-    """Whether spark_session starts its own driver JVM (not under spark-submit, not on a server)."""
-    return not remote and "PYSPARK_GATEWAY_PORT" not in os.environ and SparkSession.getActiveSession() is None
+def submitted() -> bool:
+    """Under spark-submit, whose command line gives the driver JVM its master and resources."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 # several input splits per core keep both cores busy to the end of the parse (local mode and Spark
@@ -64,10 +64,9 @@ def spark_session(master: str | None = None, app_name: str = "burrow-report",
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     builder = SparkSession.builder.appName(app_name)
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
-    if master or not submitted:
+    if master or not submitted():
         builder = builder.master(master or DEFAULT_MASTER)
-    if not submitted:
+    if not submitted():
         builder = (builder.config("spark.driver.memory", driver_memory).config("spark.ui.enabled", "false")
                    .config("spark.driver.extraJavaOptions", f"{driver_java_options()} {extra_java_options}".strip())
                    .config("spark.ui.showConsoleProgress", "false"))
