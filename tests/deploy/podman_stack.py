@@ -112,6 +112,7 @@ def podman_service(workdir: Path, log: Path) -> Iterator[Any]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"podman system service did not start: {log.read_text()[-2000:]}")
             time.sleep(0.2)
+        prune_stale_images(client, log)
         yield client
     finally:
         proc.terminate()
@@ -120,6 +121,21 @@ def podman_service(workdir: Path, log: Path) -> Iterator[Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def prune_stale_images(client: Any, log: Path) -> None:
+    """Remove untagged images left by earlier runs' builds (each run re-tags its images and leaves the old
+    ones and its build stages behind: gigabytes per run). Only those older than an hour, so a concurrent
+    run's fresh build is never taken from under it."""
+    import docker
+
+    try:
+        result = client.images.prune(filters={"dangling": True, "until": "1h"})
+    except docker.errors.APIError as exc:
+        note(log, f"could not prune stale images: {exc}")
+        return
+    removed = result.get("ImagesDeleted") or []
+    note(log, f"pruned {len(removed)} stale images ({(result.get('SpaceReclaimed') or 0) >> 20} MiB)")
 
 
 def debian_mirror() -> str:
