@@ -29,12 +29,13 @@ def spark_submit() -> Path:
 
 
 def server_argv(port: int, master: str = "local[*]", driver_memory: str = "2g", log_level: str | None = None) -> list[str]:
-    from burrow.spark.session import JAVA_OPTIONS
+    from burrow.spark.session import JAVA_OPTIONS, SESSION_SETTINGS
 
     argv = [str(spark_submit()), "--class", SERVER_CLASS, "--name", "Spark Connect server", "--master", master,
             "--driver-memory", driver_memory, "--driver-java-options", JAVA_OPTIONS,
             "--conf", "spark.ui.enabled=false", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
             "--conf", f"spark.connect.grpc.binding.port={port}"]
+    argv += [arg for key, value in SESSION_SETTINGS.items() for arg in ("--conf", f"{key}={value}")]
     return argv + (["--conf", f"spark.log.level={log_level}"] if log_level else [])
 
 
