@@ -24,7 +24,7 @@ def submitted() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-# PySpark records the Python call site of every DataFrame function call, for error messages: about six
+# PySpark records the Python call site of every DataFrame function call, for error messages: about ten
 # more py4j round trips per call (15,000 of a report's 26,000). A static setting: only a new session takes it.
 SESSION_SETTINGS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 
