@@ -99,9 +99,10 @@ def plan(java_options: str, driver_memory: str, setting: str | None = None) -> J
         *jars, java_options, driver_memory]).encode()).hexdigest()[:16]
     directory = Path(setting) if setting else default_directory()
     path = directory / f"spark-{pyspark.__version__}-java{release['JAVA_VERSION']}-{digest}.aot"
+    existing = JvmCache(path, None)
     if path.exists():
-        return JvmCache(path, None)
-    if JvmCache(path, None).failed.exists():
+        return existing
+    if existing.failed.exists():
         return None
     work = directory / "tmp"  # this run's record and the cache being built, until it is complete
     try:
