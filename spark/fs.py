@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
@@ -30,6 +31,12 @@ def norm_uri(uri: str) -> str:
     if uri.startswith("file:"):
         return "file:/" + uri[len("file:"):].lstrip("/")
     return uri
+
+
+def source_uri(scanned: str) -> str:
+    """A file as `list_inputs` names it, from the name a scan reports (`_metadata.file_path`): that one is
+    percent-encoded (a space is `%20`, a `%` is `%25`; a `+` stays itself)."""
+    return norm_uri(unquote(scanned))
 
 
 def is_connect(spark: SparkSession) -> bool:

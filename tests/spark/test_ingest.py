@@ -84,23 +84,26 @@ def test_bad_input_is_refused_with_a_clear_message(spark, tmp_path):
         ingest(spark, [str(tmp_path / "future.jsonl")], out)
 
 
-def test_many_files_share_one_scan_with_the_same_counts(spark, tmp_path, monkeypatch):
-    """Beyond MAX_TAGGED_SCANS files the source name comes from input_file_name(): same per-file counts."""
-    import burrow.spark.ingest as ingest_module
+def test_all_files_share_one_scan_and_keep_their_names(spark, tmp_path):
+    """Every file is read by one scan (no per-file copy of the plan); each line's source is its file as
+    listed, even for names that a URI escapes (space, %, +), in the counts and in the quarantine."""
+    from burrow.spark import fs
+    from burrow.spark.ingest import read_raw
 
-    logs = tmp_path / "logs"
+    logs = tmp_path / "logs dir"
     logs.mkdir()
-    (logs / "a.jsonl").write_text("\n".join(_clean(_session(100.0 + i, total=i)) for i in range(3)) + "\nnot json\n")
-    (logs / "b.jsonl").write_text(_clean(_session(500.0, total=7)) + "\n")
-    results = []
-    for limit in (64, 1):
-        monkeypatch.setattr(ingest_module, "MAX_TAGGED_SCANS", limit)
-        results.append(ingest(spark, [str(logs / "*.jsonl")], str(tmp_path / f"out{limit}"), log=lambda m: None))
-    tagged, shared = results
-    assert tagged.per_file == shared.per_file
-    assert sorted((os.path.basename(k), v["lines"], v["valid"]) for k, v in shared.per_file.items()) == [
-        ("a.jsonl", 4, 3), ("b.jsonl", 1, 1)]
-    assert (shared.events_new, shared.rejected) == (4, {"malformed": 1})
-    for limit in (64, 1):
-        q = spark.read.parquet(str(tmp_path / f"out{limit}" / "quarantine")).collect()
-        assert [os.path.basename(r["file"]) for r in q] == ["a.jsonl"]
+    names = ["a b.jsonl", "100%.jsonl", "c+d.jsonl"] + [f"rotated-{i:02d}.jsonl" for i in range(9)]
+    for i, name in enumerate(names):
+        lines = [_clean(_session(100.0 * i + j, total=j)) for j in range(i + 1)]
+        (logs / name).write_text("\n".join(lines + (["not json"] if i < 3 else [])) + "\n")
+    r = ingest(spark, [str(logs / "*.jsonl")], str(tmp_path / "out"), log=lambda m: None)
+    listed = {f.uri: os.path.basename(fs.local_path(f.uri)) for f in fs.list_inputs(spark, [str(logs / "*.jsonl")])[0]}
+    assert sorted(r.per_file) == sorted(listed)
+    by_name = {listed[uri]: (s["lines"], s["valid"]) for uri, s in r.per_file.items()}
+    assert by_name == {name: (i + 1 + (i < 3), i + 1) for i, name in enumerate(names)}
+    assert (r.events_new, r.rejected) == (sum(range(1, 13)), {"malformed": 3})
+    q = spark.read.parquet(str(tmp_path / "out" / "quarantine")).collect()
+    assert sorted(fs.norm_uri(x["file"]) for x in q) == sorted(u for u, n in listed.items() if n in names[:3])
+
+    plan = read_raw(spark, sorted(listed))._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("FileScan json") == 1 and "Union" not in plan
