@@ -74,10 +74,11 @@ def run_spark(logs: Path, out: Path, master: str | None, remote: str | None = No
            "--jvm-cache", jvm_cache]
     if master:
         cmd += ["--master", master]
-    if remote:
-        cmd += ["--remote", remote]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("BURROW_SPARK_REMOTE", None)
+    if remote:
+        cmd += ["--remote", remote]
+        env["XDG_CACHE_HOME"] = str(out.parent / "connect-cache")  # the kept session's id (spark/connect.py)
     if java_home:
         env["JAVA_HOME"] = str(java_home)
     server_cpu = ThreadCpu(server_pid, since_now=True) if server_pid else None
@@ -317,7 +318,7 @@ def main() -> None:
         if not args.keep:
             for d in work.glob("logs-*"):
                 shutil.rmtree(d, ignore_errors=True)
-        for d in ("duck-out", "spark-out", "connect-out", "connect-server", "jvm-cache", "java"):
+        for d in ("duck-out", "spark-out", "connect-out", "connect-server", "connect-cache", "jvm-cache", "java"):
             shutil.rmtree(work / d, ignore_errors=True)
     print()
     print(f"cores: {os.cpu_count()}; load average at the end: {os.getloadavg()[0]:.1f}")

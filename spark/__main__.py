@@ -32,7 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--remote", default=os.environ.get(REMOTE_ENV) or None, metavar="sc://HOST:PORT",
                         help=f"run on a standing Spark Connect server (default ${REMOTE_ENV}); --logs and --out "
                              "must then be paths the server can read and this machine can write (the same "
-                             "machine, or storage mounted at the same path on both)")
+                             "machine, or storage mounted at the same path on both). The run's session stays "
+                             "on the server for the next run to join, with the code Spark compiled for it")
     parser.add_argument("--capacity", default=None, metavar="FILE",
                         help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     from .capacity import CapacityConfigError, load_capacity
     from .ingest import IngestError
     from .job import run_report
-    from .session import driver_java_options, spark_session, submitted
+    from .session import connect_settings, driver_java_options, spark_session, submitted
 
     try:
         cfg = load_capacity(args.capacity)
@@ -119,8 +120,14 @@ def main(argv: list[str] | None = None) -> None:
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
     starts_jvm = not (joined or args.remote or submitted())  # only a driver JVM this run starts itself
     cache = jvm_cache.plan(driver_java_options(), args.driver_memory, args.jvm_cache) if starts_jvm else None
-    spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory=args.driver_memory,
-                          remote=args.remote, extra_java_options=cache.java_options() if cache else "")
+    keep = False  # a Spark Connect session kept on the server for the next run (spark/connect.py)
+    if args.remote:
+        from . import connect
+
+        spark, keep = connect.connect(args.remote, connect_settings(args.shuffle_partitions), log=say)
+    else:
+        spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions,
+                              driver_memory=args.driver_memory, extra_java_options=cache.java_options() if cache else "")
     started = time.monotonic() - t0
     try:
         result = run_report(spark, args.logs, args.out, cfg, log=say)
@@ -132,7 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         say(f"error: {exc}")
         sys.exit(2)
     finally:
-        if not joined:
+        if args.remote:
+            connect.close(spark, keep)
+        elif not joined:
             spark.stop()
             jvm_cache.finish(cache, say)
 

@@ -1,10 +1,9 @@
-"""The SparkSession every job uses: embedded `local[*]` by default, whatever spark-submit gave, or a
-session on a standing Spark Connect server (`remote`, sc://HOST:PORT)."""
+"""The SparkSession every job uses: embedded `local[*]` by default, or whatever spark-submit gave. A
+session on a standing Spark Connect server comes from spark/connect.py, with `connect_settings()`."""
 
 from __future__ import annotations
 
 import os
-import warnings
 
 from pyspark.sql import SparkSession
 
@@ -25,8 +24,12 @@ def submitted() -> bool:
 
 
 # PySpark records the Python call site of every DataFrame function call, for error messages: about ten
-# more py4j round trips per call (15,000 of a report's 26,000). A static setting: only a new session takes it.
-SESSION_SETTINGS = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
+# more py4j round trips per call (15,000 of a report's 26,000).
+# Spark keeps the classes it generates for queries in an LRU cache of 100 by default; one report uses more,
+# so a JVM that runs several (a Spark Connect server) would generate and JIT-compile them all again each
+# time. Static settings: only a new session (or a server's command line) takes them.
+SESSION_SETTINGS = {"spark.python.sql.dataFrameDebugging.enabled": "false",
+                    "spark.sql.codegen.cache.maxEntries": "2000"}
 
 # several input splits per core keep both cores busy to the end of the parse (local mode and Spark
 # Connect; a cluster under spark-submit keeps its own)
@@ -46,25 +49,21 @@ def job_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
             "spark.sql.optimizer.plannedWrite.enabled": "false"}
 
 
+def connect_settings(shuffle_partitions: int | None = None) -> dict[str, str]:
+    """What a report sets for its own session on a Spark Connect server (whose JVM, memory and master are
+    the server's)."""
+    return {**job_settings(shuffle_partitions), **SCAN_SETTINGS}
+
+
 def spark_session(master: str | None = None, app_name: str = "burrow-report",
                   shuffle_partitions: int | None = None, driver_memory: str = "2g",
-                  remote: str | None = None, extra_java_options: str = "") -> SparkSession:
+                  extra_java_options: str = "") -> SparkSession:
     """Build (or join) the session.
 
     Under spark-submit (PYSPARK_GATEWAY_PORT is set) the master and resources come from the
     command line, so `master=None` leaves them alone; run directly, `master=None` means local[*].
-    With `remote`, the session lives on that Spark Connect server: its JVM, memory and master are the
-    server's, and only the job's SQL settings below are set, for this session alone.
     `extra_java_options` are added to a driver JVM this call starts (spark/jvm_cache.py).
     """
-    if remote:
-        # the client imports pandas for conversions this job never makes (it collects rows, never
-        # DataFrames); its "pandas >= 3 not yet fully supported" warning is noise here
-        warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-        spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
-        for key, value in {**job_settings(shuffle_partitions), **SCAN_SETTINGS}.items():
-            spark.conf.set(key, value)
-        return spark
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     builder = SparkSession.builder.appName(app_name)
