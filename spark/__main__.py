@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
     starts_jvm = not (joined or args.remote or submitted())  # only a driver JVM this run starts itself
     cache = jvm_cache.plan(driver_java_options(), args.driver_memory, args.jvm_cache) if starts_jvm else None
-    keep = False  # a Spark Connect session kept on the server for the next run (spark/connect.py)
     if args.remote:
         from . import connect
 
+        # keep: whether the session stays on the server for the next run (spark/connect.py)
         spark, keep = connect.connect(args.remote, connect_settings(args.shuffle_partitions), log=say)
     else:
         spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions,

@@ -26,14 +26,20 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from .session import cache_directory
+
 SESSIONS_FILE = "spark-connect-sessions.json"
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
 MAX_SESSIONS = 64  # servers x settings remembered; the oldest entries go first
 
 
 def sessions_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "burrow" / SESSIONS_FILE
+    return cache_directory() / SESSIONS_FILE
+
+
+def _server(remote: str) -> str:
+    """The URL without its parameters: sc://HOST:PORT."""
+    return remote.split(";", 1)[0].rstrip("/")
 
 
 def url_params(remote: str) -> dict[str, str]:
@@ -42,18 +48,16 @@ def url_params(remote: str) -> dict[str, str]:
 
 
 def with_session(remote: str, session_id: str) -> str:
-    base = remote.split(";", 1)[0].rstrip("/")
     params = {**url_params(remote), "session_id": session_id}
-    return base + "/;" + ";".join(f"{k}={v}" for k, v in params.items())
+    return _server(remote) + "/;" + ";".join(f"{k}={v}" for k, v in params.items())
 
 
 def session_key(remote: str, settings: dict[str, str]) -> str:
     """Which kept session a run joins: the server, the user and the SQL settings (runs with other settings
     at the same time must not change each other's)."""
-    server = remote.split(";", 1)[0].rstrip("/")
     user = url_params(remote).get("user_id", "")
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{server} {user} {digest}"
+    return f"{_server(remote)} {user} {digest}"
 
 
 def _load(path: Path) -> dict[str, str]:

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .session import cache_directory
+
 CACHE_ENV = "BURROW_SPARK_JVM_CACHE"  # a directory, or "off"
 MIN_JAVA = 25
 EXIT_TIMEOUT = 600.0  # seconds for the recording JVM to exit, and again for building the cache
@@ -47,8 +49,7 @@ class JvmCache:
 
 
 def default_directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "burrow" / "spark-jvm"
+    return cache_directory() / "spark-jvm"
 
 
 def java_home() -> Path | None:

@@ -4,6 +4,7 @@ session on a standing Spark Connect server comes from spark/connect.py, with `co
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -16,6 +17,12 @@ JAVA_OPTIONS_ENV = "BURROW_SPARK_JAVA_OPTIONS"  # replaces JAVA_OPTIONS for the 
 
 def driver_java_options() -> str:
     return os.environ.get(JAVA_OPTIONS_ENV, JAVA_OPTIONS)
+
+
+def cache_directory() -> Path:
+    """Where burrow-report keeps what outlives a run (the JVM cache, kept Spark Connect sessions)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "burrow"
 
 
 def submitted() -> bool:
