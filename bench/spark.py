@@ -3,9 +3,9 @@
 same aggregations in DuckDB in the same run (a single-machine yardstick).
 
 Spark: `python -m burrow.spark` as a fresh process (JVM start included in the wall time), default local[*];
-then the same report through a standing Spark Connect server (`--remote`), started once and warmed by one
-untimed report: the figure of an operator who keeps Spark running. Its CPU is the server's process tree
-during the timed run plus the client's.
+then the same report with `--keep-spark`: the first (untimed) run starts the Spark server burrow-report
+keeps, the timed ones after it use that server: the figure of an operator who reports regularly. Their CPU
+is the server's process tree during the timed run plus the client's.
 DuckDB: the same steps in SQL: parse the JSON lines with an explicit schema, drop invalid lines and
 duplicates, write the events as Parquet partitioned by day, per-minute load (sweep for exact peaks and
 the busiest second, minute spread for averages and bytes), hourly percentiles, session outcomes/summary/histograms/daily,
@@ -37,7 +37,6 @@ from thread_cpu import ThreadCpu, summary  # noqa: E402
 from burrow.common.events import ENVELOPE, SCHEMAS  # noqa: E402
 from burrow.spark.generate import generate  # noqa: E402
 from harness.java25 import java25_home  # noqa: E402
-from harness.spark_connect import connect_server  # noqa: E402
 
 DUCK_TYPES = {"int": "BIGINT", "float": "DOUBLE", "str": "VARCHAR", "bool": "BOOLEAN", "counts": "MAP(VARCHAR, BIGINT)"}
 
@@ -63,12 +62,24 @@ def logs_for(work: Path, events: int) -> tuple[Path, int]:
     return d, int(stamp.read_text())
 
 
-def run_spark(logs: Path, out: Path, master: str | None, remote: str | None = None,
-              server_pid: int | None = None, java_home: Path | None = None,
-              jvm_cache: str = "off") -> dict[str, float]:
-    """One burrow-report run into a fresh `out`; with `remote`, through that Spark Connect server, whose
-    process tree's CPU during the run is added to the client's. `java_home` and `jvm_cache` choose the
-    Java and its cache (default: the machine's Java, no cache)."""
+def kept_server_cli(state: Path, command: str) -> str:
+    """`python -m burrow.spark.kept_server COMMAND` for the kept server whose files are under `state`."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(state))
+    return subprocess.run([sys.executable, "-m", "burrow.spark.kept_server", command], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=900).stdout.strip()
+
+
+def kept_server_pid(state: Path) -> int | None:
+    m = re.search(r"kept Spark server: pid (\d+)", kept_server_cli(state, "status"))
+    return int(m.group(1)) if m else None
+
+
+def run_spark(logs: Path, out: Path, master: str | None, kept: Path | None = None,
+              java_home: Path | None = None, jvm_cache: str = "off") -> dict[str, float]:
+    """One burrow-report run into a fresh `out`; with `kept` (its cache directory), `--keep-spark`: the
+    kept server's process tree's CPU during the run is added to the client's if the server was up when the
+    run began. `java_home` and `jvm_cache` choose the Java and its cache (default: the machine's Java, no
+    cache)."""
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "burrow.spark", "--logs", str(logs / "*.jsonl"), "--out", str(out),
            "--jvm-cache", jvm_cache]
@@ -76,9 +87,11 @@ def run_spark(logs: Path, out: Path, master: str | None, remote: str | None = No
         cmd += ["--master", master]
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("BURROW_SPARK_REMOTE", None)
-    if remote:
-        cmd += ["--remote", remote]
-        env["XDG_CACHE_HOME"] = str(out.parent / "connect-cache")  # the kept session's id (spark/connect.py)
+    server_pid = None
+    if kept:
+        cmd += ["--keep-spark", "15m"]
+        env["XDG_CACHE_HOME"] = str(kept)  # the kept server's files and the kept session's id
+        server_pid = kept_server_pid(kept)
     if java_home:
         env["JAVA_HOME"] = str(java_home)
     server_cpu = ThreadCpu(server_pid, since_now=True) if server_pid else None
@@ -240,23 +253,25 @@ def run_duckdb(logs: Path, out: Path) -> dict[str, float]:
 
 
 def warm_connect(logs: Path, work: Path, runs: int) -> list[dict[str, float]]:
-    """The report through a standing Spark Connect server: one untimed run warms its JVM, then `runs`
-    timed ones (each into a fresh --out, so each ingests everything again), each followed by DuckDB
-    again, so each ratio compares two runs under the same load."""
+    """`burrow-report --keep-spark`: one untimed run starts the kept server, then `runs` timed ones use it
+    (each into a fresh --out, so each ingests everything again), each followed by DuckDB again, so each
+    ratio compares two runs under the same load."""
     if runs <= 0:
         return []
-    out, timed = work / "connect-out", []
-    with connect_server(work / "connect-server", log_level="WARN") as (url, server):
-        warmup = run_spark(logs, out, None, url, server.pid)
-        print(f"  connect warm-up (not timed): {warmup['wall']:.1f} s, {summary(warmup['cpu'])}", flush=True)
+    out, kept, timed = work / "connect-out", work / "kept-spark", []
+    try:
+        warmup = run_spark(logs, out, None, kept)
+        print(f"  --keep-spark first run, starts the server (not timed): {warmup['wall']:.1f} s", flush=True)
         for i in range(runs):
-            r = run_spark(logs, out, None, url, server.pid)
-            print(f"  connect run {i + 1}: {r['wall']:.1f} s wall (connect {r['start']:.1f} s, ingest {r['ingest']:.1f} s, "
+            r = run_spark(logs, out, None, kept)
+            print(f"  --keep-spark run {i + 2}: {r['wall']:.1f} s wall (connect {r['start']:.1f} s, ingest {r['ingest']:.1f} s, "
                   f"analysis {r['analysis']:.1f} s), load average {os.getloadavg()[0]:.1f}", flush=True)
             print(f"  connect {summary(r['cpu'])}", flush=True)
             r["duck"] = run_duckdb(logs, work / "duck-out")
             print(f"  duckdb {r['duck']['wall']:.1f} s, CPU {r['duck']['cpu']:.1f} s", flush=True)
             timed.append(r)
+    finally:
+        print(f"  {kept_server_cli(kept, 'stop')}", flush=True)
     return timed
 
 
@@ -292,7 +307,7 @@ def main() -> None:
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--keep", action="store_true", help="keep the generated logs for the next run")
     parser.add_argument("--warm-runs", type=int, default=1,
-                        help="timed runs through the warm Spark Connect server (0: no server)")
+                        help="timed runs with --keep-spark after the one that starts the kept server (0: none)")
     parser.add_argument("--java25-runs", type=int, default=1,
                         help="timed fresh processes on Java 25 with the JVM cache, built by one untimed run "
                              "first (0: none)")
@@ -318,7 +333,7 @@ def main() -> None:
         if not args.keep:
             for d in work.glob("logs-*"):
                 shutil.rmtree(d, ignore_errors=True)
-        for d in ("duck-out", "spark-out", "connect-out", "connect-server", "connect-cache", "jvm-cache", "java"):
+        for d in ("duck-out", "spark-out", "connect-out", "kept-spark", "jvm-cache", "java"):
             shutil.rmtree(work / d, ignore_errors=True)
     print()
     print(f"cores: {os.cpu_count()}; load average at the end: {os.getloadavg()[0]:.1f}")
@@ -344,7 +359,7 @@ def main() -> None:
                   f"| {cpu / d['cpu']:.1f}x | {c['build']['wall']:.1f} s |")
     if any(row["warm"] for row in rows):
         print()
-        print("| events (lines) | warm Spark Connect server: processing | connect | CPU (server + client) "
+        print("| events (lines) | --keep-spark, later runs: processing | connect | CPU (server + client) "
               "| DuckDB right after | DuckDB CPU | processing / DuckDB | CPU / DuckDB's |")
         print("|---|---|---|---|---|---|---|---|")
     for row in rows:

@@ -1,7 +1,8 @@
 """A Spark Connect server from the PySpark wheel on 127.0.0.1, for tests and benchmarks.
 
 It runs in the foreground under `spark-submit` (what the wheel's `sbin/start-connect-server.sh --wait`
-does), with the driver options `burrow-report` gives its own local-mode JVM, and is always stopped.
+does), with the command line of the server `burrow-report --keep-spark` keeps (spark/kept_server.py),
+and is always stopped.
 """
 
 from __future__ import annotations
@@ -12,31 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from burrow.spark.kept_server import server_argv
 from harness.ports import free_port, wait_port
 from harness.processes import Process
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 START_TIMEOUT = 180.0  # seconds for the JVM to start and listen (2 shared cores)
-
-
-def spark_submit() -> Path:
-    import pyspark
-
-    path = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    if not path.exists():
-        raise FileNotFoundError(f"the PySpark wheel has no {path}: pip install 'burrow[spark]'")
-    return path
-
-
-def server_argv(port: int, master: str = "local[*]", driver_memory: str = "2g", log_level: str | None = None) -> list[str]:
-    from burrow.spark.session import JAVA_OPTIONS, SESSION_SETTINGS
-
-    argv = [str(spark_submit()), "--class", SERVER_CLASS, "--name", "Spark Connect server", "--master", master,
-            "--driver-memory", driver_memory, "--driver-java-options", JAVA_OPTIONS,
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-            "--conf", f"spark.connect.grpc.binding.port={port}"]
-    argv += [arg for key, value in SESSION_SETTINGS.items() for arg in ("--conf", f"{key}={value}")]
-    return argv + (["--conf", f"spark.log.level={log_level}"] if log_level else [])
 
 
 @contextmanager
@@ -48,7 +29,8 @@ def connect_server(workdir: Path, master: str = "local[*]", log_level: str | Non
     port = free_port()
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(workdir), PYSPARK_PYTHON=sys.executable,
                SPARK_CONNECT_MODE="0")  # as start-connect-server.sh: this JVM is the server, not a client
-    server = Process(server_argv(port, master, log_level=log_level), log=workdir / "connect-server.log",
+    conf = {"spark.log.level": log_level} if log_level else None
+    server = Process(server_argv(port, master, conf=conf), log=workdir / "connect-server.log",
                      cwd=workdir, env=env)
     try:
         try:

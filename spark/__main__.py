@@ -12,6 +12,7 @@ import time
 import urllib.parse
 
 REMOTE_ENV = "BURROW_SPARK_REMOTE"
+KEEP_ENV = "BURROW_SPARK_KEEP"
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # a URI (hdfs:, s3a:, file: ...), not a plain path
 
 
@@ -34,6 +35,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "must then be paths the server can read and this machine can write (the same "
                              "machine, or storage mounted at the same path on both). The run's session stays "
                              "on the server for the next run to join, with the code Spark compiled for it")
+    parser.add_argument("--keep-spark", default=os.environ.get(KEEP_ENV) or None, metavar="DURATION",
+                        help=f"keep Spark running for later runs (default ${KEEP_ENV}): the first run starts a "
+                             "Spark server on 127.0.0.1 and reports through it; later runs use it and skip the "
+                             "JVM's start and most of its warm-up. It stops once unused for DURATION (90s, "
+                             "30m, 2h, 1d). `python -m burrow.spark.kept_server status|stop`")
     parser.add_argument("--capacity", default=None, metavar="FILE",
                         help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
@@ -44,11 +50,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "$BURROW_SPARK_JVM_CACHE, else ~/.cache/burrow/spark-jvm); 'off' runs without")
     args = parser.parse_args(argv)
     args.logs = [p.strip() for item in args.logs for p in item.split(",") if p.strip()]
-    if args.remote:
-        if args.master:
-            parser.error("--master and --remote exclude each other (the server has its own master)")
+    if args.keep_spark:
+        from .units import parse_duration
+
+        if args.remote:
+            parser.error("--keep-spark and --remote exclude each other (--remote names a server of your own)")
+        try:
+            args.keep_spark = parse_duration(args.keep_spark)
+        except ValueError as exc:
+            parser.error(f"--keep-spark: {exc}")
+    if args.remote and args.master:
+        parser.error("--master and --remote exclude each other (the server has its own master)")
+    if args.remote or args.keep_spark:  # a server on this machine, but with a working directory of its own
         if SCHEME.match(args.out) and not args.out.startswith("file:"):
-            parser.error("with --remote, --out must be a local path (this machine writes its small files)")
+            parser.error("with --remote or --keep-spark, --out must be a local path (this machine writes its small files)")
         # the server resolves relative paths against its own working directory
         args.logs = [p if SCHEME.match(p) else os.path.abspath(os.path.expanduser(p)) for p in args.logs]
         args.out = args.out if SCHEME.match(args.out) else os.path.abspath(os.path.expanduser(args.out))
@@ -115,8 +130,19 @@ def main(argv: list[str] | None = None) -> None:
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
-    say(f"connecting to Spark Connect at {re.sub(r'token=[^;]*', 'token=...', args.remote)}" if args.remote else
-        "starting Spark" + (f" on {args.master}" if args.master else ""))
+    kept_use = None
+    if args.keep_spark:
+        from . import kept_server
+
+        try:
+            kept_use = kept_server.attach(args.keep_spark, args.master, args.driver_memory, log=say)
+        except (RuntimeError, OSError) as exc:
+            say(f"error: {exc}")
+            sys.exit(1)
+        args.remote = kept_use.url
+    else:
+        say(f"connecting to Spark Connect at {re.sub(r'token=[^;]*', 'token=...', args.remote)}" if args.remote else
+            "starting Spark" + (f" on {args.master}" if args.master else ""))
     joined = SparkSession.getActiveSession() is not None  # e.g. tests: leave their session running
     starts_jvm = not (joined or args.remote or submitted())  # only a driver JVM this run starts itself
     cache = jvm_cache.plan(driver_java_options(), args.driver_memory, args.jvm_cache) if starts_jvm else None
@@ -124,7 +150,12 @@ def main(argv: list[str] | None = None) -> None:
         from . import connect
 
         # keep: whether the session stays on the server for the next run (spark/connect.py)
-        spark, keep = connect.connect(args.remote, connect_settings(args.shuffle_partitions), log=say)
+        try:
+            spark, keep = connect.connect(args.remote, connect_settings(args.shuffle_partitions), log=say)
+        except BaseException:
+            if kept_use:
+                kept_use.done()
+            raise
     else:
         spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions,
                               driver_memory=args.driver_memory, extra_java_options=cache.java_options() if cache else "")
@@ -141,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if args.remote:
             connect.close(spark, keep)
+            if kept_use:
+                kept_use.done()
         elif not joined:
             spark.stop()
             jvm_cache.finish(cache, say)

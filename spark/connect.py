@@ -99,9 +99,6 @@ def _unique_plan_ids() -> bool:
 
 
 def _open(remote: str, settings: dict[str, str]) -> SparkSession:
-    # the client imports pandas for conversions this job never makes (it collects rows, never
-    # DataFrames); its "pandas >= 3 not yet fully supported" warning is noise here
-    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     spark = SparkSession.builder.remote(remote).getOrCreate()
     try:
         for key, value in settings.items():  # the first calls to the server: a refused session fails here
@@ -120,6 +117,9 @@ def _closed_session(exc: Exception) -> bool:
 def connect(remote: str, settings: dict[str, str],
             log: Callable[[str], None] = lambda msg: None) -> tuple[SparkSession, bool]:
     """The session on the server at `remote` with `settings` set, and whether to keep it after the run."""
+    # the client imports pandas for conversions this job never makes (it collects rows, never
+    # DataFrames); its "pandas >= 3 not yet fully supported" warning is noise here
+    warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
     unique = _unique_plan_ids()
     if "session_id" in url_params(remote):
         return _open(remote, settings), True

@@ -1,5 +1,6 @@
 """Numbers as people read them: SI prefixes with units, durations in ms/s/min/h, counts with
-separators, shares as percentages, and the human name and unit of every figure the report shows.
+separators, shares as percentages, and the human name and unit of every figure the report shows; and
+durations as people type them.
 
 The tables on disk keep their raw column names; only the HTML uses these.
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 
 PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 NONE = "–"  # what an absent value reads as; the report says why next to it
 
 
@@ -40,6 +43,14 @@ def count(value: float | None) -> str:
     if float(value).is_integer():
         return f"{int(value):,}"
     return _sig(float(value)) if abs(value) < 1000 else f"{round(value):,}"
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h', '1d' (a bare number is seconds) -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"not a duration: {text!r} (say 90s, 30m, 2h or 1d)")
+    return float(m.group(1)) * DURATION_UNITS[m.group(2)]
 
 
 def duration(seconds: float | None) -> str:
