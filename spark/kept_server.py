@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from burrow.common.processes import alive
+
 from .session import JAVA_OPTIONS, SESSION_SETTINGS, cache_directory, driver_java_options
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -83,19 +85,6 @@ def _listening(port: int, timeout: float = 1.0) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # an exited process nobody has reaped yet (a zombie) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 @contextmanager
 def _flock(path: Path, mode: int) -> Iterator[IO[str]]:
     with open(path, "a") as f:
@@ -139,7 +128,7 @@ def _keep_seconds(d: Path) -> tuple[float, float]:
 def running() -> dict | None:
     """The kept server's record if it is up: its supervisor alive and its port answering."""
     info = _read_info(state_directory())
-    if info and _alive(int(info.get("supervisor", 0)) or -1) and _listening(int(info.get("port", 0))):
+    if info and alive(int(info.get("supervisor", 0)) or -1) and _listening(int(info.get("port", 0))):
         return info
     return None
 
@@ -294,11 +283,11 @@ def serve(master: str, driver_memory: str, java_options: str) -> int:
 def stop(timeout: float = 600.0) -> str:
     """Stop the kept server once the reports using it have finished."""
     info = _read_info(state_directory())
-    if not info or not _alive(int(info.get("supervisor", 0)) or -1):
+    if not info or not alive(int(info.get("supervisor", 0)) or -1):
         return "no kept Spark server is running"
     os.kill(info["supervisor"], signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(info["supervisor"]) or _alive(info["server"]):
+    while alive(info["supervisor"]) or alive(info["server"]):
         if time.monotonic() > deadline:
             return f"the kept Spark server (pid {info['server']}) has not stopped within {timeout:.0f} s"
         time.sleep(0.2)

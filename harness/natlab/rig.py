@@ -31,6 +31,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from burrow.common.processes import alive
+
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = Path("/run/netns")
 STOP_GRACE = 3.0  # seconds a spawned process gets between SIGTERM and SIGKILL
@@ -54,16 +56,6 @@ def missing_requirements(tools: tuple[str, ...] = REQUIRED_TOOLS) -> str | None:
     if absent:
         return f"natlab needs {', '.join(absent)} (Debian packages: iproute2, iptables)"
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _setns(fd: int) -> None:
@@ -154,7 +146,7 @@ class Lab:
         names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
         for line in names:
             m = re.match(r"(nl(\d+)(?:x\d+)?-\S+)", line)
-            if m and not _alive(int(m.group(2))):
+            if m and not alive(int(m.group(2))):
                 Lab._kill_inside(m.group(1))
                 subprocess.run(["ip", "netns", "del", m.group(1)], capture_output=True)
                 shutil.rmtree(ETC_NETNS / m.group(1), ignore_errors=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from burrow.common.processes import alive
 from burrow.spark.generate import generate
 from tests.spark.test_connect import _kept_sessions, _same_tables
 
@@ -51,9 +52,7 @@ def _pid(status: str) -> int:
 
 
 def _gone(pid: int) -> bool:
-    from burrow.spark.kept_server import _alive
-
-    return not _alive(pid)
+    return not alive(pid)
 
 
 @pytest.fixture
