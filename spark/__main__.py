@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
                         help="spark.sql.shuffle.partitions (default 2 x cores, at least 4)")
-    parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode (default 2g)")
+    parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode, and of the server a --keep-spark run starts (default 2g)")
     parser.add_argument("--jvm-cache", default=None, metavar="DIR|off",
                         help="on Java 25+, where the driver JVM's ahead-of-time cache is kept (default "
                              "$BURROW_SPARK_JVM_CACHE, else ~/.cache/burrow/spark-jvm); 'off' runs without")

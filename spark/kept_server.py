@@ -306,10 +306,10 @@ def status() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m burrow.spark.kept_server",
                                      description="The Spark server burrow-report --keep-spark keeps: status or stop.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{status,stop}")
     sub.add_parser("status", help="whether it runs, where, and when it stops")
     sub.add_parser("stop", help="stop it once the reports using it have finished")
-    serve_parser = sub.add_parser("serve", help=argparse.SUPPRESS)  # started by burrow-report
+    serve_parser = sub.add_parser("serve")  # the supervisor, started by burrow-report (not listed)
     serve_parser.add_argument("--master", default="local[*]")
     serve_parser.add_argument("--driver-memory", default="2g")
     serve_parser.add_argument("--java-options", default=JAVA_OPTIONS)
