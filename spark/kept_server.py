@@ -50,6 +50,12 @@ def state_directory() -> Path:
     return cache_directory() / "kept-spark"
 
 
+def _pyspark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
 def spark_submit() -> Path:
     import pyspark
 
@@ -159,7 +165,7 @@ def attach(keep: float, master: str | None, driver_memory: str, log: Callable[[s
     try:
         _touch_use(d, keep)
         wanted = {"master": master or "local[*]", "driver_memory": driver_memory,
-                  "java_options": driver_java_options()}
+                  "java_options": driver_java_options(), "pyspark": _pyspark_version()}
         with _flock(d / "start.lock", fcntl.LOCK_EX):
             info = running()
             if info is None:
@@ -251,7 +257,8 @@ def serve(master: str, driver_memory: str, java_options: str) -> int:
             return 1
         time.sleep(0.2)
     _write_info(d, {"supervisor": os.getpid(), "server": jvm.pid, "port": port, "token": token, "master": master,
-                    "driver_memory": driver_memory, "java_options": java_options, "started": time.time()})
+                    "driver_memory": driver_memory, "java_options": java_options, "pyspark": _pyspark_version(),
+                    "started": time.time()})
     _say(f"server pid {jvm.pid} listening on 127.0.0.1:{port}")
     try:
         while True:
