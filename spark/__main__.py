@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="per-node capacity figures, TOML or JSON (defaults: see docs/spark.md)")
     parser.add_argument("--shuffle-partitions", type=int, default=None,
                         help="spark.sql.shuffle.partitions (default 2 x cores, at least 4)")
-    parser.add_argument("--driver-memory", default="2g", help="driver memory in local mode, and of the server a --keep-spark run starts (default 2g)")
+    parser.add_argument("--driver-memory", default="2g",
+                        help="driver memory in local mode, and of the server a --keep-spark run starts (default 2g)")
     parser.add_argument("--jvm-cache", default=None, metavar="DIR|off",
                         help="on Java 25+, where the driver JVM's ahead-of-time cache is kept (default "
                              "$BURROW_SPARK_JVM_CACHE, else ~/.cache/burrow/spark-jvm); 'off' runs without")
@@ -63,7 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--master and --remote exclude each other (the server has its own master)")
     if args.remote or args.keep_spark:  # a server on this machine, but with a working directory of its own
         if SCHEME.match(args.out) and not args.out.startswith("file:"):
-            parser.error("with --remote or --keep-spark, --out must be a local path (this machine writes its small files)")
+            parser.error("with --remote or --keep-spark, --out must be a local path (this machine writes its "
+                         "small files)")
         # the server resolves relative paths against its own working directory
         args.logs = [p if SCHEME.match(p) else os.path.abspath(os.path.expanduser(p)) for p in args.logs]
         args.out = args.out if SCHEME.match(args.out) else os.path.abspath(os.path.expanduser(args.out))
@@ -171,9 +173,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     finally:
         if args.remote:
-            connect.close(spark, keep)
-            if kept_use:
-                kept_use.done()
+            try:
+                connect.close(spark, keep)
+            finally:
+                if kept_use:
+                    kept_use.done()
         elif not joined:
             spark.stop()
             jvm_cache.finish(cache, say)
