@@ -148,7 +148,7 @@ class Use:
     """A report's use of the kept server: holds the busy lock until `done()`."""
 
     def __init__(self, d: Path, keep: float, busy: IO[str], info: dict):
-        self.d, self.keep, self.busy, self.info = d, keep, busy, info
+        self.d, self.keep, self.busy = d, keep, busy
         self.url = url(info)
 
     def done(self) -> None:
@@ -222,6 +222,14 @@ def _stop_jvm(jvm: subprocess.Popen) -> None:
             jvm.wait()
 
 
+def _try_lock(f: IO[str]) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
 def _die_with_parent() -> None:
     """In the server's process before it runs Java: a supervisor killed outright takes its server along
     (Linux's parent-death signal; elsewhere the server outlives it until stopped by hand)."""
@@ -268,17 +276,13 @@ def serve(master: str, driver_memory: str, java_options: str) -> int:
                 return 1
             if stopping or idle >= keep:
                 with open(d / "busy.lock", "a") as busy:
-                    try:
-                        fcntl.flock(busy, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        if not stopping:  # a report is running: it touches `use` when it ends
-                            time.sleep(min(5.0, max(0.5, keep / 10)))
-                            continue
-                        fcntl.flock(busy, fcntl.LOCK_EX)  # `stop`: let running reports finish
-                    (d / "server.json").unlink(missing_ok=True)  # new runs start their own from here
-                    _say("stopping: asked to" if stopping else f"stopping: unused for {idle:.0f} s")
-                    _stop_jvm(jvm)
-                    return 0
+                    # a running report holds the lock (and touches `use` when it ends); `stop` waits for it
+                    if stopping or _try_lock(busy):
+                        fcntl.flock(busy, fcntl.LOCK_EX)
+                        (d / "server.json").unlink(missing_ok=True)  # new runs start their own from here
+                        _say("stopping: asked to" if stopping else f"stopping: unused for {idle:.0f} s")
+                        _stop_jvm(jvm)
+                        return 0
             time.sleep(min(5.0, max(0.5, keep / 10)))
     finally:
         _stop_jvm(jvm)
